@@ -1,0 +1,1 @@
+//! The C ABI over the scheduler. Not built yet.

@@ -1,0 +1,241 @@
+//! `CircularFfsQueue` (cFFS): Eiffel's circular hierarchical FFS queue (§4.2.1, Fig. 4.4), and
+//! the same circular construction over any [`BucketIndex`] ([`CircularQueue`]).
+//!
+//! Two bucketed queues of `n` buckets each cover two adjacent ranges: the **primary**
+//! `[base, base + n)` and the **secondary** `[base + n, base + 2n)` (in buckets of
+//! `granularity` rank units; `base` is a multiple of `n`). The minimum always lies in the
+//! primary. When the primary empties, the two swap roles: the secondary becomes the primary and
+//! the emptied one takes over the next range, `base += n`. Nothing is moved or re-sorted; only
+//! a pointer flips, so ranks can advance forever (well past 2^40) at O(log64 n) per operation.
+//!
+//! ```text
+//!   base          base+n          base+2n
+//!    |  primary     |  secondary     |   beyond: clamped into the last bucket, or rejected
+//!    [#..#...#.....][.#....#....#...]#
+//! ```
+//!
+//! Edge rules (the reference semantics in [`crate::oracle::KeyModel::Circular`]):
+//! - A push into an **empty** queue re-bases: `base = bucket - bucket % n`, so an idle queue
+//!   follows the ranks wherever they go.
+//! - A rank **below** `base` files under the first primary bucket, behind what is there (it is
+//!   already the most urgent; like the timing wheel's past timestamps). Not counted.
+//! - A rank **beyond the secondary range** follows [`Overflow`]: `Clamp` files it under the last
+//!   secondary bucket, FIFO with what is there, and counts it (Eiffel: "their values are not
+//!   sorted properly"); it stays in that bucket when the ranges swap, so it comes out after
+//!   everything filed before it there. `Reject` returns it to the caller. Size the range so that
+//!   `n * granularity` covers the largest rank jump above the current minimum the policy
+//!   makes, and neither happens.
+//!
+//! The construction only needs "first non-empty bucket" from each range, so it works over any
+//! [`BucketIndex`]: [`CircularFfsQueue`] is `CircularQueue<T, HierBitmap>`, and
+//! [`CircularApproxQueue`] is Eiffel's circular approximate queue ("for cases of a moving
+//! range, a circular approximate queue can be implemented as with cFFS").
+
+use crate::approx_gradient::{ApproxGradient, Window};
+use crate::bitmap::HierBitmap;
+use crate::error::check_capacity;
+use crate::fixed::{BucketIndex, Granularity, MAX_BUCKETS, check_buckets};
+use crate::store::BucketStore;
+use crate::{
+    ConfigError, Entry, Handle, Overflow, PushError, QueueStats, Rank, RankQueue, StaleHandle,
+};
+
+/// Configuration of a [`CircularQueue`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CircularConfig {
+    /// Rank units per bucket (>= 1).
+    pub granularity: u64,
+    /// Buckets per range; the queue orders `2 * buckets` buckets ahead of its minimum.
+    pub buckets: usize,
+    /// What to do with ranks beyond the secondary range.
+    pub overflow: Overflow,
+    /// Most items held at once.
+    pub capacity: usize,
+}
+
+impl CircularConfig {
+    /// `buckets` buckets per range of `granularity`, clamping, for `capacity` items.
+    pub fn new(buckets: usize, granularity: u64, capacity: usize) -> Self {
+        CircularConfig {
+            granularity,
+            buckets,
+            overflow: Overflow::Clamp,
+            capacity,
+        }
+    }
+}
+
+/// The circular construction over index `I`. See the module note.
+pub struct CircularQueue<T, I> {
+    store: BucketStore<T>,
+    /// Occupancy of range 0 (store buckets `0..n`) and range 1 (`n..2n`).
+    ranges: [I; 2],
+    primary: usize,
+    /// First bucket number (absolute, in granularity units) of the primary range.
+    base: u64,
+    n: u64,
+    granularity: Granularity,
+    overflow: Overflow,
+    stats: QueueStats,
+}
+
+/// The circular hierarchical FFS queue (cFFS).
+pub type CircularFfsQueue<T> = CircularQueue<T, HierBitmap>;
+
+/// Eiffel's circular approximate gradient queue.
+pub type CircularApproxQueue<T> = CircularQueue<T, ApproxGradient>;
+
+impl<T: Copy> CircularQueue<T, HierBitmap> {
+    /// A cFFS queue; errors for zero granularity, buckets or capacity, or too many buckets.
+    pub fn new(cfg: CircularConfig) -> Result<Self, ConfigError> {
+        Self::with_index(cfg, HierBitmap::new)
+    }
+}
+
+impl<T: Copy> CircularQueue<T, ApproxGradient> {
+    /// A circular approximate queue; `cfg.buckets` may be at most alpha's window
+    /// ([`Window::buckets`]).
+    pub fn new(cfg: CircularConfig, alpha: u32) -> Result<Self, ConfigError> {
+        Window::for_alpha(alpha)?;
+        let mut made = Vec::with_capacity(2);
+        for _ in 0..2 {
+            made.push(ApproxGradient::new(alpha, cfg.buckets)?);
+        }
+        let mut made = made.into_iter();
+        Self::with_index(cfg, |_| made.next().expect("two indexes made above"))
+    }
+}
+
+impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
+    /// The circular construction over indexes made by `index(n)`; errors for zero granularity,
+    /// buckets or capacity, or too many buckets.
+    pub fn with_index(
+        cfg: CircularConfig,
+        mut index: impl FnMut(usize) -> I,
+    ) -> Result<Self, ConfigError> {
+        let granularity = Granularity::new(cfg.granularity)?;
+        check_buckets(cfg.buckets, MAX_BUCKETS / 2)?;
+        check_capacity(cfg.capacity)?;
+        Ok(CircularQueue {
+            store: BucketStore::new(2 * cfg.buckets, cfg.capacity),
+            ranges: [index(cfg.buckets), index(cfg.buckets)],
+            primary: 0,
+            base: 0,
+            n: cfg.buckets as u64,
+            granularity,
+            overflow: cfg.overflow,
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// The first rank of the primary range and the rank units per bucket.
+    pub fn window(&self) -> (Rank, u64) {
+        (
+            self.base * self.granularity.units(),
+            self.granularity.units(),
+        )
+    }
+
+    /// Store bucket of range `range`, offset `off`.
+    #[inline]
+    fn bucket(&self, range: usize, off: u64) -> usize {
+        range * self.n as usize + off as usize
+    }
+
+    /// After the primary empties, let the secondary take over.
+    #[inline]
+    fn settle(&mut self) {
+        let secondary = 1 - self.primary;
+        if self.ranges[self.primary].is_empty() && !self.ranges[secondary].is_empty() {
+            self.primary = secondary;
+            self.base += self.n;
+        }
+    }
+
+    #[inline]
+    fn first(&self) -> Option<(usize, u64)> {
+        let start = self.primary * self.n as usize;
+        let store = &self.store;
+        let off = self.ranges[self.primary].first(|j| store.is_occupied(start + j))?;
+        Some((start + off, self.base + off as u64))
+    }
+}
+
+impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
+    #[inline]
+    fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        let key = self.granularity.bucket(rank);
+        if self.store.len() == 0 {
+            self.base = key - key % self.n;
+        }
+        let d = key.saturating_sub(self.base);
+        let (range, off) = if d < self.n {
+            (self.primary, d)
+        } else if d < 2 * self.n {
+            (1 - self.primary, d - self.n)
+        } else {
+            match self.overflow {
+                Overflow::Clamp => {
+                    self.stats.clamped += 1;
+                    (1 - self.primary, self.n - 1)
+                }
+                Overflow::Reject => {
+                    self.stats.rejected_range += 1;
+                    return Err(PushError::OutOfRange { rank, item });
+                }
+            }
+        };
+        let bucket = self.bucket(range, off);
+        let fresh = !self.store.is_occupied(bucket);
+        let handle = self.store.push_back(bucket, rank, item)?;
+        if fresh {
+            self.ranges[range].insert(off as usize);
+        }
+        Ok(handle)
+    }
+
+    #[inline]
+    fn pop_min(&mut self) -> Option<Entry<T>> {
+        let (bucket, _) = self.first()?;
+        let entry = self.store.pop_front(bucket)?;
+        if !self.store.is_occupied(bucket) {
+            self.ranges[self.primary].remove(bucket - self.primary * self.n as usize);
+            self.settle();
+        }
+        Some(entry)
+    }
+
+    #[inline]
+    fn peek_min(&self) -> Option<Entry<T>> {
+        self.store.front(self.first()?.0)
+    }
+
+    fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
+        let (bucket, entry) = self.store.remove(handle)?;
+        if !self.store.is_occupied(bucket) {
+            let n = self.n as usize;
+            self.ranges[bucket / n].remove(bucket % n);
+            self.settle();
+        }
+        Ok(entry)
+    }
+
+    fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.store.capacity()
+    }
+
+    fn next_deadline(&self) -> Option<Rank> {
+        Some(self.first()?.1 * self.granularity.units())
+    }
+
+    fn stats(&self) -> QueueStats {
+        QueueStats {
+            misses: self.ranges[0].misses() + self.ranges[1].misses(),
+            ..self.store.stats().with_range(&self.stats)
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! # sluice-queue: integer priority queues whose cost does not grow with the number of flows
+//!
+//! Every scheduler in Sluice stands on one contract, [`RankQueue`]: push an item with an integer
+//! rank, pop the smallest, remove any item by its [`Handle`] in O(1). Items are small `Copy`
+//! handles (an index into a caller-owned packet or flow table); queues never hold packet bytes.
+//!
+//! ## The structures
+//!
+//! | structure | module | range | find-min cost | source |
+//! |---|---|---|---|---|
+//! | [`TimingWheel`] | [`timing_wheel`] | moving (time) | O(log64 slots), bitmap over slots | Carousel Alg. 1 |
+//! | [`FfsQueue`] | [`ffs`] | fixed | O(words), linear scan with trailing-zeros | Eiffel §4.2.1 |
+//! | [`HierFfsQueue`] | [`hffs`] | fixed | O(log64 buckets) | Eiffel Fig. 4.3 |
+//! | [`CircularFfsQueue`] (cFFS) | [`cffs`] | moving | O(log64 buckets) | Eiffel Fig. 4.4 |
+//! | [`GradientQueue`] | [`gradient`] | fixed | O(log32 buckets), one division per level | Eiffel App. A |
+//! | [`ApproxGradientQueue`] | [`approx_gradient`] | fixed | one division (approximate) | Eiffel §4.2.1 |
+//! | [`BinaryHeapQueue`] (baseline) | [`binary_heap`] | any | O(log n) | std `BinaryHeap` |
+//! | [`BTreeQueue`] (baseline) | [`btree`] | any | O(log n) | rb-tree stand-in (Linux fq) |
+//! | [`BucketHeapQueue`] (baseline "BH") | [`bucket_heap`] | fixed | O(log buckets) | Eiffel §4.4.2 |
+//! | [`SkipListQueue`] (baseline) | [`skiplist`] | any | O(1) pop, O(log n) push | TAS flow scheduler |
+//!
+//! ## Shared semantics
+//!
+//! - **Rank** is a `u64`; smaller leaves first. Bucketed queues map a rank to a bucket of
+//!   `granularity` rank units; items in one bucket leave in FIFO order, and so do items of equal
+//!   rank in the exact queues. [`Entry::rank`] is always the rank the caller pushed.
+//! - **Out of range** is never a silent misorder: each bucketed queue follows its [`Overflow`]
+//!   policy (clamp to the edge bucket and count it, or reject and return the item to the caller).
+//! - **Memory** is reserved at construction; no operation allocates afterwards (see
+//!   `tests/zero_alloc.rs`). A push beyond [`RankQueue::capacity`] returns [`PushError::Full`].
+//! - **Handles** carry a generation: removing with a stale handle (already popped or removed)
+//!   or a handle from another queue returns [`StaleHandle`], never undefined behaviour.
+//! - **Time** is passed in: [`RankQueue::pop_due`] and [`RankQueue::next_deadline`] treat ranks
+//!   as nanoseconds for the time-indexed use (Eiffel's `SoonestDeadline`); nothing reads a clock.
+//!
+//! [`oracle`] holds the plain, exact reference model every structure is tested against.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod any;
+pub mod approx_gradient;
+pub mod binary_heap;
+pub mod bitmap;
+pub mod btree;
+pub mod bucket_heap;
+pub mod cffs;
+mod error;
+pub mod ffs;
+pub mod fixed;
+pub mod gradient;
+pub mod hffs;
+pub mod oracle;
+pub mod skiplist;
+mod slab;
+mod store;
+pub mod timing_wheel;
+pub mod workload;
+
+pub use any::{AnyQueue, QueueKind, QueueSpec};
+pub use approx_gradient::ApproxGradientQueue;
+pub use binary_heap::BinaryHeapQueue;
+pub use btree::BTreeQueue;
+pub use bucket_heap::BucketHeapQueue;
+pub use cffs::{CircularApproxQueue, CircularConfig, CircularFfsQueue, CircularQueue};
+pub use error::{ConfigError, PushError, StaleHandle};
+pub use ffs::FfsQueue;
+pub use fixed::{FixedRangeQueue, RangeConfig};
+pub use gradient::GradientQueue;
+pub use hffs::HierFfsQueue;
+pub use skiplist::SkipListQueue;
+pub use timing_wheel::{TimingWheel, WheelConfig};
+
+use std::num::NonZeroU32;
+
+/// A priority value: smaller ranks leave first. For time-indexed use, nanoseconds.
+pub type Rank = u64;
+
+/// An item and the rank it was pushed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<T> {
+    /// The rank given to `push` (not the bucket it was filed under).
+    pub rank: Rank,
+    /// The caller's item.
+    pub item: T,
+}
+
+/// Identifies one queued item for [`RankQueue::remove`].
+///
+/// Eight bytes; `Option<Handle>` is eight bytes too. A handle stays valid until its item leaves
+/// the queue; after that (and for handles of other queues) `remove` returns [`StaleHandle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    index: u32,
+    generation: NonZeroU32,
+}
+
+impl Handle {
+    pub(crate) fn new(index: u32, generation: NonZeroU32) -> Self {
+        Handle { index, generation }
+    }
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
+    pub(crate) fn generation(self) -> NonZeroU32 {
+        self.generation
+    }
+}
+
+/// What a bucketed queue does with a rank outside the ranks it can order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Overflow {
+    /// File it under the nearest edge bucket (the last slot of a timing wheel: pacing keeps
+    /// every packet and overshoots briefly). Counted in [`QueueStats::clamped`].
+    #[default]
+    Clamp,
+    /// Return it to the caller as [`PushError::OutOfRange`] (hard limits). Counted in
+    /// [`QueueStats::rejected_range`].
+    Reject,
+}
+
+/// Counters every queue keeps. Cheap plain integers, read with [`RankQueue::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Pushes accepted.
+    pub pushed: u64,
+    /// Items that left through `pop_min` / `pop_due`.
+    pub popped: u64,
+    /// Items that left through `remove`.
+    pub removed: u64,
+    /// Pushes filed under an edge bucket because their rank was out of range.
+    pub clamped: u64,
+    /// Pushes rejected because their rank was out of range.
+    pub rejected_range: u64,
+    /// Pushes rejected because the queue was full.
+    pub rejected_full: u64,
+    /// `remove` calls with a stale or foreign handle.
+    pub stale_handles: u64,
+    /// Approximate queues only: lookups whose estimate hit an empty bucket.
+    pub misses: u64,
+}
+
+impl QueueStats {
+    /// These counters with the range counters (`clamped`, `rejected_range`) of `range`.
+    pub fn with_range(self, range: &QueueStats) -> QueueStats {
+        QueueStats {
+            clamped: range.clamped,
+            rejected_range: range.rejected_range,
+            ..self
+        }
+    }
+}
+
+/// The queue contract every Sluice queue and baseline implements.
+///
+/// Ordering: smallest rank first (for bucketed queues: smallest bucket first), FIFO among
+/// items of equal rank or of one bucket. Complexities are per structure (see the crate table);
+/// `remove` is O(1) for every Sluice structure.
+pub trait RankQueue<T: Copy> {
+    /// Queue `item` with `rank`. Returns a handle for [`RankQueue::remove`], or gives the item
+    /// back when the queue is full or the rank is out of range under [`Overflow::Reject`].
+    fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>>;
+
+    /// Remove and return the first item.
+    fn pop_min(&mut self) -> Option<Entry<T>>;
+
+    /// The item `pop_min` would return, left in place.
+    fn peek_min(&self) -> Option<Entry<T>>;
+
+    /// Remove the item behind `handle`, wherever it is.
+    fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle>;
+
+    /// Number of queued items.
+    fn len(&self) -> usize;
+
+    /// True when nothing is queued.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most items the queue holds; a push beyond it returns [`PushError::Full`].
+    fn capacity(&self) -> usize;
+
+    /// Eiffel's `SoonestDeadline`: the earliest rank (time) at which the first item is due.
+    /// For bucketed queues this is the start of the first non-empty bucket.
+    fn next_deadline(&self) -> Option<Rank>;
+
+    /// Pop the first item if it is due at `now` (its bucket starts at or before `now`).
+    fn pop_due(&mut self, now: Rank) -> Option<Entry<T>> {
+        match self.next_deadline() {
+            Some(deadline) if deadline <= now => self.pop_min(),
+            _ => None,
+        }
+    }
+
+    /// The queue's counters.
+    fn stats(&self) -> QueueStats;
+}

@@ -1,0 +1,433 @@
+//! The bucket store: FIFO buckets over one global pool of pre-allocated chunks.
+//!
+//! This is Carousel's "global pool of memory" (§3.4.1): a bucket is a doubly linked list of
+//! chunks, each chunk holds up to [`CHUNK_SLOTS`] item references with their ranks, and chunks
+//! come from (and return to) one free stack shared by all buckets. A push appends to the tail
+//! chunk of its bucket (taking a fresh chunk when it is full), a pop takes from the head chunk.
+//! Allocating and freeing is amortized over up to eight items and never calls the allocator:
+//! the chunk vector is reserved at construction for the worst case.
+//!
+//! ```text
+//!  bucket 3:  [chunk 17: r r r r r r r r] <-> [chunk 5: r r r . . . . .]
+//!              head --^                         tail --^        ^-- free slots
+//!  free stack: 9 -> 2 -> 40 -> ...   (then never-used chunks, bump-allocated)
+//! ```
+//!
+//! **Removal in O(1)** marks the entry dead (a bit in the chunk). A chunk whose entries are all
+//! dead or consumed is unlinked and freed at once, so every chunk on a list holds at least one
+//! live item: chunks in use <= items queued <= capacity, which is what the pool reserves.
+//!
+//! **Handles** name (chunk, slot) and carry the chunk's generation, bumped every time the chunk
+//! is freed. A handle is valid while its slot is between the chunk's head and tail and not
+//! dead; anything else is stale. Generations start at a per-store seed so that handles of two
+//! queues rarely share one (foreign handles are caught unless the 32-bit generations collide).
+//!
+//! Invariants (checked by [`BucketStore::check`] in tests):
+//! - `head` of a linked chunk is a live slot; `head < tail <= CHUNK_SLOTS`; so a bucket is
+//!   occupied exactly when its list has a chunk, and needs no count of its own.
+//! - `len` is the number of live entries on all lists.
+//! - every chunk is either on exactly one bucket list or on the free stack.
+
+use crate::{Entry, Handle, PushError, QueueStats, Rank, StaleHandle};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Item references per chunk. Eight u32 items and their ranks fill two cache lines.
+pub(crate) const CHUNK_SLOTS: usize = 8;
+const SLOT_BITS: u32 = 3;
+const NIL: u32 = u32::MAX;
+/// Most chunks a store can address (the handle index keeps 3 bits for the slot).
+pub(crate) const MAX_CHUNKS: usize = 1 << (32 - SLOT_BITS);
+
+/// Field order matters: with u32 items the header, all items and the first rank share the
+/// first cache line, so a bucket holding one item (the sparse case) touches one line.
+#[derive(Clone)]
+#[repr(C, align(64))]
+struct Chunk<T> {
+    next: u32,
+    prev: u32,
+    bucket: u32,
+    generation: NonZeroU32,
+    head: u8,
+    tail: u8,
+    /// Bit i set: slot i was removed.
+    dead: u8,
+    items: [T; CHUNK_SLOTS],
+    ranks: [Rank; CHUNK_SLOTS],
+}
+
+// A chunk of u32 items is exactly two cache lines, its first rank in the first one.
+const _: () = assert!(std::mem::size_of::<Chunk<u32>>() == 128);
+const _: () = assert!(std::mem::offset_of!(Chunk<u32>, ranks) == 56);
+
+impl<T> Chunk<T> {
+    fn live(&self) -> u32 {
+        let span = u32::from(self.tail - self.head);
+        let window = if self.tail as usize == CHUNK_SLOTS {
+            0xffu32
+        } else {
+            (1u32 << self.tail) - 1
+        } & !((1u32 << self.head) - 1);
+        span - (u32::from(self.dead) & window).count_ones()
+    }
+
+    /// Move `head` past removed slots.
+    #[inline]
+    fn skip_dead(&mut self) {
+        if self.dead != 0 {
+            while self.head < self.tail && self.dead & (1 << self.head) != 0 {
+                self.head += 1;
+            }
+        }
+    }
+}
+
+/// A bucket: the first and last chunk of its list (8 bytes, eight buckets per cache line).
+#[derive(Clone, Copy, Debug)]
+struct BucketList {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY_LIST: BucketList = BucketList {
+    head: NIL,
+    tail: NIL,
+};
+
+/// FIFO buckets over a pre-allocated chunk pool. See the module note.
+pub(crate) struct BucketStore<T> {
+    chunks: Vec<Chunk<T>>,
+    free: u32,
+    lists: Vec<BucketList>,
+    len: usize,
+    capacity: usize,
+    seed: NonZeroU32,
+    /// Pushes, pops, removes, stale handles and full rejections (range counters are the
+    /// queues' own).
+    stats: QueueStats,
+}
+
+fn next_seed() -> NonZeroU32 {
+    static COUNTER: AtomicU32 = AtomicU32::new(1);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // Spread consecutive stores far apart in generation space (golden-ratio stride).
+    NonZeroU32::new(n.wrapping_mul(0x9E37_79B9) | 1).unwrap_or(NonZeroU32::MIN)
+}
+
+fn bump(generation: NonZeroU32) -> NonZeroU32 {
+    generation.checked_add(1).unwrap_or(NonZeroU32::MIN)
+}
+
+impl<T: Copy> BucketStore<T> {
+    /// A store of `buckets` empty buckets able to hold `capacity` items.
+    /// Callers validate `capacity <= MAX_CHUNKS` and `buckets <= u32::MAX`.
+    pub(crate) fn new(buckets: usize, capacity: usize) -> Self {
+        debug_assert!(capacity <= MAX_CHUNKS && buckets < NIL as usize);
+        BucketStore {
+            // Worst case one live item per chunk; reserved now, touched only when used.
+            chunks: Vec::with_capacity(capacity),
+            free: NIL,
+            lists: vec![EMPTY_LIST; buckets],
+            len: 0,
+            capacity,
+            seed: next_seed(),
+            stats: QueueStats::default(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters of everything that went through the store.
+    pub(crate) fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    pub(crate) fn buckets(&self) -> usize {
+        self.lists.len()
+    }
+
+    #[inline(always)]
+    pub(crate) fn is_occupied(&self, bucket: usize) -> bool {
+        self.lists[bucket].head != NIL
+    }
+
+    /// Append to `bucket`; `Full` when the store holds `capacity` items.
+    #[inline(always)]
+    pub(crate) fn push_back(
+        &mut self,
+        bucket: usize,
+        rank: Rank,
+        item: T,
+    ) -> Result<Handle, PushError<T>> {
+        if self.len == self.capacity {
+            self.stats.rejected_full += 1;
+            return Err(PushError::Full { rank, item });
+        }
+        let tail = self.lists[bucket].tail;
+        let (chunk, slot) =
+            if tail != NIL && (self.chunks[tail as usize].tail as usize) < CHUNK_SLOTS {
+                let c = &mut self.chunks[tail as usize];
+                let slot = c.tail;
+                c.ranks[slot as usize] = rank;
+                c.items[slot as usize] = item;
+                c.tail += 1;
+                (tail, slot)
+            } else {
+                let c = self.alloc(bucket as u32, tail, rank, item);
+                if tail == NIL {
+                    self.lists[bucket].head = c;
+                } else {
+                    self.chunks[tail as usize].next = c;
+                }
+                self.lists[bucket].tail = c;
+                (c, 0)
+            };
+        self.len += 1;
+        self.stats.pushed += 1;
+        let generation = self.chunks[chunk as usize].generation;
+        Ok(Handle::new(
+            chunk << SLOT_BITS | u32::from(slot),
+            generation,
+        ))
+    }
+
+    /// A chunk holding one entry, linked after `prev` (not yet linked from it).
+    fn alloc(&mut self, bucket: u32, prev: u32, rank: Rank, item: T) -> u32 {
+        if self.free != NIL {
+            let idx = self.free;
+            let c = &mut self.chunks[idx as usize];
+            self.free = c.next;
+            c.ranks[0] = rank;
+            c.items[0] = item;
+            c.next = NIL;
+            c.prev = prev;
+            c.bucket = bucket;
+            c.head = 0;
+            c.tail = 1;
+            c.dead = 0;
+            idx
+        } else {
+            // Never exceeds the reserved capacity: chunks in use <= len < capacity.
+            debug_assert!(self.chunks.len() < self.chunks.capacity());
+            let idx = self.chunks.len() as u32;
+            let mut ranks = [0; CHUNK_SLOTS];
+            ranks[0] = rank;
+            self.chunks.push(Chunk {
+                ranks,
+                items: [item; CHUNK_SLOTS],
+                next: NIL,
+                prev,
+                bucket,
+                generation: self.seed,
+                head: 0,
+                tail: 1,
+                dead: 0,
+            });
+            idx
+        }
+    }
+
+    /// Unlink chunk `idx` from its bucket and push it on the free stack.
+    fn release(&mut self, idx: u32) {
+        let (prev, next, bucket) = {
+            let c = &self.chunks[idx as usize];
+            (c.prev, c.next, c.bucket as usize)
+        };
+        if prev == NIL {
+            self.lists[bucket].head = next;
+        } else {
+            self.chunks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.lists[bucket].tail = prev;
+        } else {
+            self.chunks[next as usize].prev = prev;
+        }
+        let c = &mut self.chunks[idx as usize];
+        c.generation = bump(c.generation);
+        c.next = self.free;
+        self.free = idx;
+    }
+
+    /// The first entry of `bucket`.
+    #[inline]
+    pub(crate) fn front(&self, bucket: usize) -> Option<Entry<T>> {
+        let head = self.lists[bucket].head;
+        if head == NIL {
+            return None;
+        }
+        let c = &self.chunks[head as usize];
+        let slot = c.head as usize;
+        Some(Entry {
+            rank: c.ranks[slot],
+            item: c.items[slot],
+        })
+    }
+
+    /// Take the first entry of `bucket`.
+    #[inline(always)]
+    pub(crate) fn pop_front(&mut self, bucket: usize) -> Option<Entry<T>> {
+        let head = self.lists[bucket].head;
+        if head == NIL {
+            return None;
+        }
+        let c = &mut self.chunks[head as usize];
+        let slot = c.head as usize;
+        let entry = Entry {
+            rank: c.ranks[slot],
+            item: c.items[slot],
+        };
+        c.head += 1;
+        c.skip_dead();
+        if c.head == c.tail {
+            // The head chunk is used up: unlink it from the front and free it.
+            let next = c.next;
+            c.generation = bump(c.generation);
+            c.next = self.free;
+            self.free = head;
+            self.lists[bucket].head = next;
+            if next == NIL {
+                self.lists[bucket].tail = NIL;
+            } else {
+                self.chunks[next as usize].prev = NIL;
+            }
+        }
+        self.len -= 1;
+        self.stats.popped += 1;
+        Some(entry)
+    }
+
+    /// Remove the entry behind `handle`: its bucket and entry, or `StaleHandle`.
+    pub(crate) fn remove(&mut self, handle: Handle) -> Result<(usize, Entry<T>), StaleHandle> {
+        let idx = handle.index() >> SLOT_BITS;
+        let slot = (handle.index() & ((1 << SLOT_BITS) - 1)) as u8;
+        let valid = self.chunks.get(idx as usize).is_some_and(|c| {
+            c.generation == handle.generation()
+                && slot >= c.head
+                && slot < c.tail
+                && c.dead & (1 << slot) == 0
+        });
+        if !valid {
+            self.stats.stale_handles += 1;
+            return Err(StaleHandle);
+        }
+        let c = &mut self.chunks[idx as usize];
+        c.dead |= 1 << slot;
+        let entry = Entry {
+            rank: c.ranks[slot as usize],
+            item: c.items[slot as usize],
+        };
+        let bucket = c.bucket as usize;
+        c.skip_dead();
+        if c.live() == 0 {
+            self.release(idx);
+        }
+        self.len -= 1;
+        self.stats.removed += 1;
+        Ok((bucket, entry))
+    }
+
+    /// Verify the invariants of the module note. For tests and debug builds; O(chunks).
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut total = 0usize;
+        let mut seen = vec![false; self.chunks.len()];
+        for (b, list) in self.lists.iter().enumerate() {
+            let mut prev = NIL;
+            let mut cur = list.head;
+            while cur != NIL {
+                assert!(!seen[cur as usize], "chunk {cur} linked twice");
+                seen[cur as usize] = true;
+                let c = &self.chunks[cur as usize];
+                assert_eq!(c.bucket as usize, b);
+                assert_eq!(c.prev, prev);
+                assert!(c.head < c.tail && c.tail as usize <= CHUNK_SLOTS);
+                assert_eq!(c.dead & (1 << c.head), 0, "head slot is dead");
+                assert!(c.live() > 0);
+                total += c.live() as usize;
+                prev = cur;
+                cur = c.next;
+            }
+            assert_eq!(list.tail, prev);
+        }
+        assert_eq!(total, self.len);
+        let mut cur = self.free;
+        while cur != NIL {
+            assert!(!seen[cur as usize], "free chunk {cur} also linked");
+            seen[cur as usize] = true;
+            cur = self.chunks[cur as usize].next;
+        }
+        assert!(
+            seen.iter().all(|&s| s),
+            "a chunk is neither linked nor free"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_within_a_bucket_across_chunks() {
+        let mut s = BucketStore::new(2, 100);
+        for i in 0..20u32 {
+            s.push_back(1, u64::from(i), i).unwrap();
+        }
+        s.check();
+        for i in 0..20u32 {
+            assert_eq!(s.pop_front(1).unwrap().item, i);
+            s.check();
+        }
+        assert!(s.pop_front(1).is_none());
+        assert!(!s.is_occupied(1));
+    }
+
+    #[test]
+    fn remove_frees_dead_chunks_and_rejects_stale_handles() {
+        let mut s = BucketStore::new(1, 100);
+        let hs: Vec<_> = (0..24u32).map(|i| s.push_back(0, 0, i).unwrap()).collect();
+        // Kill the whole middle chunk: it must be unlinked at once.
+        for h in &hs[8..16] {
+            assert!(s.remove(*h).is_ok());
+            s.check();
+        }
+        assert!(s.remove(hs[8]).is_err(), "double remove is stale");
+        assert_eq!(s.pop_front(0).unwrap().item, 0);
+        assert!(s.remove(hs[0]).is_err(), "popped item's handle is stale");
+        let rest: Vec<u32> = std::iter::from_fn(|| s.pop_front(0).map(|e| e.item)).collect();
+        assert_eq!(rest, (1..8).chain(16..24).collect::<Vec<_>>());
+        s.check();
+        // Chunks were recycled: a new push reuses one, old handles stay stale.
+        let h = s.push_back(0, 0, 99).unwrap();
+        for old in &hs {
+            assert!(s.remove(*old).is_err());
+        }
+        assert_eq!(s.remove(h).unwrap().1.item, 99);
+    }
+
+    #[test]
+    fn full_store_refuses() {
+        let mut s = BucketStore::new(3, 2);
+        assert!(s.push_back(0, 0, 1u32).is_ok());
+        assert!(s.push_back(2, 0, 2u32).is_ok());
+        assert!(s.push_back(1, 0, 3u32).is_err());
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn handles_of_two_stores_differ() {
+        let mut a = BucketStore::new(1, 4);
+        let mut b = BucketStore::new(1, 4);
+        let ha = a.push_back(0, 0, 1u32).unwrap();
+        let _hb = b.push_back(0, 0, 2u32).unwrap();
+        assert!(b.remove(ha).is_err(), "foreign handle must be stale");
+        assert_eq!(b.len(), 1);
+    }
+}

@@ -1,0 +1,1 @@
+//! The discrete-event simulator that runs the library's scheduler on virtual hosts, links and switches. Not built yet.

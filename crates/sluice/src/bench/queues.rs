@@ -1,0 +1,429 @@
+//! `sluice bench queues`: every integer priority queue and baseline, in one process, over
+//! N in {1e3 .. 1e7} queued items and the hold, pacing and drain workloads of
+//! [`sluice_queue::workload`]. Prints ns per operation (one push plus one pop) and each
+//! structure's speedup over std's `BinaryHeap`, writes a CSV and an SVG plot.
+//!
+//! For each (workload, N) every structure is built and filled first, then all are timed
+//! round-robin, `--repeats` rounds of `--ops` operations each (after a short warm-up, since the
+//! previous structure evicted the caches); a cell is the median of its rounds. Round-robin
+//! spreads machine noise over all structures, so the ratios of one run hold even when absolute
+//! times drift. Drain timings fill and empty the queue as many times as `--ops` needs.
+//! At N above `--ops` a round is one fill and empty of N items, and there are fewer rounds
+//! (about `--repeats * --ops` items in all, at least one round).
+
+use crate::report::{self, Panel, Series, Table};
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+use sluice_queue::workload::{self, Rng, Visit, Workload, with_bench_queue};
+use sluice_queue::{QueueKind, RankQueue};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of `sluice bench queues`.
+#[derive(Args, Debug)]
+pub struct QueuesArgs {
+    /// CI-sized run: N in {1e3, 1e4, 1e5} and 200k operations per timing.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object per measurement on stdout instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Queued items, comma separated (e.g. 1e3,1e6). Default: 1e3,1e4,1e5,1e6,1e7.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    n: Vec<usize>,
+    /// Workloads: hold, pacing, drain. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    workload: Vec<String>,
+    /// Structures by name (timing_wheel, ffs, hffs, cffs, gradient, approx_gradient,
+    /// binary_heap, btree, bucket_heap, skiplist). Default: all.
+    #[arg(long, value_delimiter = ',')]
+    structure: Vec<String>,
+    /// Buckets (slots) per structure, a power of two. The default, 2048, gives the pacing
+    /// workload 8.2 us slots (Carousel's granularity) and hold 512 rank units per bucket.
+    #[arg(long, default_value_t = 2048)]
+    buckets: usize,
+    /// Operations per timing (default 1e6, or 2e5 with --quick).
+    #[arg(long, value_parser = parse_count)]
+    ops: Option<usize>,
+    /// Timed repeats per cell; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Directory for bench-queues.csv and bench-queues.svg.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// Parse counts like `1000`, `1e6`, `1_000_000`.
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let v = if let Some((m, e)) = t.split_once(['e', 'E']) {
+        let m: f64 = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
+        let e: i32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
+        m * 10f64.powi(e)
+    } else {
+        t.parse::<f64>()
+            .map_err(|_| format!("`{s}` is not a count"))?
+    };
+    if !(1.0..=1e10).contains(&v) || v.fract() != 0.0 {
+        return Err(format!("`{s}` must be a whole number between 1 and 1e10"));
+    }
+    Ok(v as usize)
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    bench: &'static str,
+    workload: &'a str,
+    structure: &'a str,
+    n: usize,
+    ns_per_op: f64,
+}
+
+struct Cell {
+    workload: Workload,
+    kind: QueueKind,
+    n: usize,
+    ns_per_op: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// One structure, filled and ready to be timed. Boxed per structure so that the timed loops
+/// are monomorphized for each queue type (one dynamic call per timing, none per operation).
+trait Runner {
+    /// Run `ops` untimed operations (to warm caches after another structure ran).
+    fn warm(&mut self, ops: usize);
+    /// Time `ops` operations; ns per operation.
+    fn timed(&mut self, ops: usize) -> f64;
+}
+
+struct QueueRunner<Q> {
+    q: Q,
+    workload: Workload,
+    n: usize,
+    rng: Rng,
+    gaps: Vec<u64>,
+}
+
+impl<Q: RankQueue<u32>> QueueRunner<Q> {
+    fn new(mut q: Q, workload: Workload, n: usize) -> Self {
+        let mut rng = Rng::new(0x5eed ^ n as u64);
+        let mut gaps = Vec::new();
+        match workload {
+            Workload::Hold => workload::fill(&mut q, n, workload.range(), &mut rng),
+            Workload::Pacing => {
+                gaps = workload::pacing_gaps(n, &mut rng);
+                workload::pacing_fill(&mut q, &gaps, &mut rng);
+            }
+            Workload::Drain => {}
+        }
+        QueueRunner {
+            q,
+            workload,
+            n,
+            rng,
+            gaps,
+        }
+    }
+
+    fn run(&mut self, ops: usize) -> usize {
+        let range = self.workload.range();
+        match self.workload {
+            Workload::Hold => {
+                black_box(workload::hold(&mut self.q, ops, range, &mut self.rng));
+                ops
+            }
+            Workload::Pacing => {
+                black_box(workload::pacing(&mut self.q, ops, &self.gaps));
+                ops
+            }
+            Workload::Drain => {
+                let rounds = (ops / self.n).max(1);
+                for _ in 0..rounds {
+                    workload::fill(&mut self.q, self.n, range, &mut self.rng);
+                    black_box(workload::drain(&mut self.q));
+                }
+                rounds * self.n
+            }
+        }
+    }
+}
+
+impl<Q: RankQueue<u32>> Runner for QueueRunner<Q> {
+    fn warm(&mut self, ops: usize) {
+        self.run(ops);
+    }
+
+    fn timed(&mut self, ops: usize) -> f64 {
+        let t = Instant::now();
+        let done = self.run(ops);
+        t.elapsed().as_nanos() as f64 / done as f64
+    }
+}
+
+/// Builds a filled [`QueueRunner`] for whatever queue type it is given.
+struct MakeRunner {
+    workload: Workload,
+    n: usize,
+}
+
+impl Visit for MakeRunner {
+    type Out = Box<dyn Runner>;
+    fn visit<Q: RankQueue<u32> + 'static>(self, q: Q) -> Box<dyn Runner> {
+        Box::new(QueueRunner::new(q, self.workload, self.n))
+    }
+}
+
+/// Build and fill `kind` for one cell.
+fn runner(
+    kind: QueueKind,
+    w: Workload,
+    n: usize,
+    buckets: usize,
+) -> anyhow::Result<Box<dyn Runner>> {
+    with_bench_queue(kind, w, buckets, n, MakeRunner { workload: w, n })
+        .with_context(|| format!("configuring {kind} for {n} items"))
+}
+
+/// Time every structure for one (workload, n): all are built first, then timed round-robin so
+/// that machine noise spreads over all of them instead of landing on one.
+fn measure_cell(
+    kinds: &[QueueKind],
+    w: Workload,
+    n: usize,
+    buckets: usize,
+    ops: usize,
+    repeats: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let mut runners = kinds
+        .iter()
+        .map(|&k| runner(k, w, n, buckets))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for r in &mut runners {
+        r.warm(ops.min(n.max(10_000)));
+    }
+    // Drain at large N is one fill-and-empty of N items per round; do about `repeats * ops`
+    // items in all rather than `repeats` rounds of N (minutes of skip-list inserts at 1e7).
+    let rounds = match w {
+        Workload::Drain => (repeats * ops / n).clamp(1, repeats),
+        _ => repeats,
+    };
+    let mut samples = vec![Vec::with_capacity(rounds); kinds.len()];
+    for _ in 0..rounds {
+        for (r, s) in runners.iter_mut().zip(&mut samples) {
+            r.warm(ops / 10);
+            s.push(r.timed(ops));
+        }
+    }
+    Ok(samples.into_iter().map(median).collect())
+}
+
+fn pick<T: Copy>(
+    names: &[String],
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+    what: &str,
+) -> anyhow::Result<Vec<T>> {
+    if names.is_empty() {
+        return Ok(all.to_vec());
+    }
+    names
+        .iter()
+        .map(|s| {
+            all.iter()
+                .copied()
+                .find(|&k| name(k) == s.as_str())
+                .ok_or_else(|| {
+                    let known: Vec<&str> = all.iter().map(|&k| name(k)).collect();
+                    anyhow::anyhow!(
+                        "unknown {what} `{s}`; expected one of: {}",
+                        known.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+fn fmt_n(n: usize) -> String {
+    let e = (n as f64).log10();
+    if e.fract() == 0.0 {
+        format!("1e{}", e as u32)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Run the benchmark.
+pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
+    if !args.buckets.is_power_of_two() || args.buckets < 4 {
+        bail!(
+            "--buckets must be a power of two of at least 4, got {}",
+            args.buckets
+        );
+    }
+    if args.repeats == 0 {
+        bail!("--repeats must be at least 1");
+    }
+    let kinds = pick(
+        &args.structure,
+        QueueKind::BENCHMARKED,
+        QueueKind::name,
+        "structure",
+    )?;
+    let workloads = pick(&args.workload, &Workload::ALL, Workload::name, "workload")?;
+    let ns: Vec<usize> = if !args.n.is_empty() {
+        args.n.clone()
+    } else if args.quick {
+        vec![1_000, 10_000, 100_000]
+    } else {
+        vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+    };
+    let ops = args
+        .ops
+        .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
+
+    let pb = report::progress((workloads.len() * ns.len()) as u64);
+    let mut cells = Vec::new();
+    for &w in &workloads {
+        for &n in &ns {
+            pb.set_message(format!("{} n={}", w.name(), fmt_n(n)));
+            let results = measure_cell(&kinds, w, n, args.buckets, ops, args.repeats)?;
+            for (&kind, ns_per_op) in kinds.iter().zip(results) {
+                if args.json {
+                    let line = JsonLine {
+                        bench: "queues",
+                        workload: w.name(),
+                        structure: kind.name(),
+                        n,
+                        ns_per_op: report::one_decimal(ns_per_op),
+                    };
+                    pb.suspend(|| println!("{}", serde_json::to_string(&line).unwrap_or_default()));
+                }
+                cells.push(Cell {
+                    workload: w,
+                    kind,
+                    n,
+                    ns_per_op,
+                });
+            }
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+
+    let baseline = |w: Workload, n: usize| {
+        cells
+            .iter()
+            .find(|c| c.workload == w && c.n == n && c.kind == QueueKind::BinaryHeap)
+            .map(|c| c.ns_per_op)
+    };
+    if !args.json {
+        println!(
+            "ns per operation (one push + one pop); in parentheses: times faster than binary_heap"
+        );
+        println!(
+            "{} buckets per structure; {} operations per timing, median of {}\n",
+            args.buckets, ops, args.repeats
+        );
+        for &w in &workloads {
+            let mut header = vec![w.name().to_string()];
+            header.extend(ns.iter().map(|&n| format!("n={}", fmt_n(n))));
+            let mut t = Table::new(header, 1);
+            for &kind in &kinds {
+                let mut row = vec![kind.name().to_string()];
+                for &n in &ns {
+                    let c = cells
+                        .iter()
+                        .find(|c| c.workload == w && c.n == n && c.kind == kind);
+                    row.push(match (c, baseline(w, n)) {
+                        (Some(c), Some(b)) => {
+                            format!("{:.1} ({:.1}x)", c.ns_per_op, b / c.ns_per_op)
+                        }
+                        (Some(c), None) => format!("{:.1}", c.ns_per_op),
+                        _ => "-".into(),
+                    });
+                }
+                t.row(row);
+            }
+            println!("{}", t.render());
+        }
+    }
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let rows: Vec<Vec<String>> = cells
+        .iter()
+        .map(|c| {
+            let speedup = baseline(c.workload, c.n)
+                .map_or(String::new(), |b| format!("{:.3}", b / c.ns_per_op));
+            vec![
+                c.workload.name().into(),
+                c.kind.name().into(),
+                c.n.to_string(),
+                format!("{:.2}", c.ns_per_op),
+                speedup,
+            ]
+        })
+        .collect();
+    let csv = args.out.join("bench-queues.csv");
+    report::write_csv(
+        &csv,
+        &[
+            "workload",
+            "structure",
+            "n",
+            "ns_per_op",
+            "speedup_vs_binary_heap",
+        ],
+        &rows,
+    )?;
+    let panels: Vec<Panel> = workloads
+        .iter()
+        .map(|&w| Panel {
+            title: format!("{} workload", w.name()),
+            series: kinds
+                .iter()
+                .map(|&k| Series {
+                    label: k.name().into(),
+                    points: cells
+                        .iter()
+                        .filter(|c| c.workload == w && c.kind == k)
+                        .map(|c| (c.n as f64, c.ns_per_op))
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    let svg = args.out.join("bench-queues.svg");
+    report::plot_loglog(&svg, &panels, "items queued (N)", "ns per push+pop")?;
+    eprintln!("wrote {} and {}", csv.display(), svg.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_in_every_spelling() {
+        assert_eq!(parse_count("1000"), Ok(1000));
+        assert_eq!(parse_count("1e6"), Ok(1_000_000));
+        assert_eq!(parse_count("1_000"), Ok(1000));
+        assert_eq!(parse_count("2.5e3"), Ok(2500));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("1.5").is_err());
+        assert!(parse_count("ten").is_err());
+        assert!(parse_count("1e99").is_err());
+    }
+
+    #[test]
+    fn n_labels() {
+        assert_eq!(fmt_n(1000), "1e3");
+        assert_eq!(fmt_n(1500), "1500");
+    }
+}

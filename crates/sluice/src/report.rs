@@ -1,0 +1,194 @@
+//! Output shared by every benchmark: aligned text tables, CSV files, SVG line plots, JSON
+//! lines and a progress bar that stays out of the way of machine-readable output.
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A text table with a header row; columns are right-aligned except the first ones.
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+    left_columns: usize,
+}
+
+impl Table {
+    /// A table with these column titles; the first `left_columns` are left-aligned.
+    pub fn new(header: Vec<String>, left_columns: usize) -> Self {
+        Table {
+            header,
+            rows: Vec::new(),
+            left_columns,
+        }
+    }
+
+    /// Append a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Render with two spaces between columns.
+    pub fn render(&self) -> String {
+        let cols = self.header.len();
+        let mut width = vec![0; cols];
+        for r in std::iter::once(&self.header).chain(&self.rows) {
+            for (i, c) in r.iter().enumerate().take(cols) {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for (n, r) in std::iter::once(&self.header).chain(&self.rows).enumerate() {
+            let mut line = String::new();
+            for (i, c) in r.iter().enumerate().take(cols) {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                if i < self.left_columns {
+                    let _ = write!(line, "{c:<w$}", w = width[i]);
+                } else {
+                    let _ = write!(line, "{c:>w$}", w = width[i]);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            if n == 0 {
+                let total: usize = width.iter().sum::<usize>() + 2 * (cols - 1);
+                out.push_str(&"-".repeat(total));
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// Write `rows` under `header` as CSV (fields here never contain commas or quotes).
+pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut s = header.join(",");
+    s.push('\n');
+    for r in rows {
+        s.push_str(&r.join(","));
+        s.push('\n');
+    }
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// One line of a plot: a label and its (x, y) points.
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// Points, x ascending.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// One panel of a plot.
+pub struct Panel {
+    /// Panel title.
+    pub title: String,
+    /// Its lines.
+    pub series: Vec<Series>,
+}
+
+/// Draw panels side by side as log-log line charts into an SVG file.
+pub fn plot_loglog(
+    path: &Path,
+    panels: &[Panel],
+    x_label: &str,
+    y_label: &str,
+) -> anyhow::Result<()> {
+    let width = 560 * panels.len().max(1) as u32;
+    let root = SVGBackend::new(path, (width, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let pts = panel.series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+        for &(x, y) in pts {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+        if x0 > x1 {
+            continue;
+        }
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(
+                (x0 * 0.8..x1 * 1.25).log_scale(),
+                (y0 * 0.7..y1 * 1.5).log_scale(),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .x_label_formatter(&|x| format!("{x:.0e}"))
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (i, s) in panel.series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    s.points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(total: u64) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Round to one decimal for JSON output.
+pub fn one_decimal(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut t = Table::new(vec!["name".into(), "ns".into()], 1);
+        t.row(vec!["cffs".into(), "31.2".into()]);
+        t.row(vec!["binary_heap".into(), "333.0".into()]);
+        let s = t.render();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "name            ns");
+        assert_eq!(lines[2], "cffs          31.2");
+        assert_eq!(lines[3], "binary_heap  333.0");
+    }
+
+    #[test]
+    fn one_decimal_rounds() {
+        assert_eq!(one_decimal(31.24), 31.2);
+        assert_eq!(one_decimal(31.25), 31.3);
+    }
+}
