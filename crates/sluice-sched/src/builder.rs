@@ -1,0 +1,549 @@
+//! Building a scheduler: the tree, each node's policy and queue, the classifier, the shaper.
+//!
+//! [`TreeBuilder`] is the programmatic way; policy files ([`crate::config`]) compile to it. It
+//! validates everything a tree needs (one root, leaves without children, policies where they
+//! make sense, depth, rules that name leaves, capacities) and picks each node's queue: as
+//! configured, or `auto` by Eiffel's decision tree (Fig. 4.20) from the policy's rank shape:
+//!
+//! | ranks | queue |
+//! |---|---|
+//! | a few levels (at most 1024) | `ffs`, one bucket per level |
+//! | a fixed range | `hffs`, up to 65 536 buckets |
+//! | a moving range | `cffs`, 4 096 buckets per range |
+//! | a dense moving range | `circular_approx` (approximate gradient, alpha 16) |
+//!
+//! The shaper is a timing wheel unless configured otherwise.
+
+use crate::classify::{Classifier, Match, Rule};
+use crate::policy::{MAX_WEIGHT, MemberCfg, Mode, PolicyKind, RankShape, ShapeCx};
+use crate::tree::{MAX_DEPTH, Node, NodeId, NodeStats, Scheduler};
+use crate::units::Rate;
+use sluice_queue::approx_gradient::Window;
+use sluice_queue::{ConfigError, Overflow, QueueKind, QueueSpec};
+
+/// Which queue a node uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QueueChoice {
+    /// Chosen from the policy's rank shape (see the module note).
+    #[default]
+    Auto,
+    /// This structure; buckets and granularity derived from the rank shape unless given.
+    Kind {
+        /// The structure.
+        kind: QueueKind,
+        /// Buckets (per range for circular queues).
+        buckets: Option<usize>,
+        /// Rank units per bucket.
+        granularity: Option<u64>,
+    },
+}
+
+/// The one shaper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShaperConfig {
+    /// Structure (a timing wheel; others for comparison).
+    pub kind: QueueKind,
+    /// Slot width, ns.
+    pub slot_ns: u64,
+    /// Slots; horizon = slots * slot_ns.
+    pub slots: usize,
+    /// A packet whose flow's gate puts it beyond the horizon: clamp to the horizon (pacing) or
+    /// reject it (hard limits).
+    pub beyond_horizon: Overflow,
+}
+
+impl Default for ShaperConfig {
+    /// 1 024 ns slots, 2^20 of them: a 1.07 s horizon.
+    fn default() -> Self {
+        ShaperConfig {
+            kind: QueueKind::TimingWheel,
+            slot_ns: 1024,
+            slots: 1 << 20,
+            beyond_horizon: Overflow::Clamp,
+        }
+    }
+}
+
+impl ShaperConfig {
+    /// The horizon in ns.
+    pub fn horizon_ns(&self) -> u64 {
+        self.slot_ns.saturating_mul(self.slots as u64)
+    }
+}
+
+/// Scheduler-wide configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedConfig {
+    /// Most packets held at once (queued and shaped).
+    pub capacity: usize,
+    /// Flow table slots.
+    pub flows: usize,
+    /// Largest packet expected, bytes (sizes fair-queuing rank ranges; GSO frames: 64 KiB).
+    pub max_packet: u32,
+    /// The shaper.
+    pub shaper: ShaperConfig,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            capacity: 65_536,
+            flows: 65_536,
+            max_packet: 65_536,
+            shaper: ShaperConfig::default(),
+        }
+    }
+}
+
+/// One node as the builder is told it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Unique name.
+    pub name: String,
+    /// Its policy.
+    pub policy: PolicyKind,
+    /// Its queue.
+    pub queue: QueueChoice,
+    /// Rate limit on everything leaving this node (HTB: the ceil).
+    pub rate: Option<Rate>,
+    /// Bytes the rate limit lets through at once after idle.
+    pub burst: u64,
+    /// How its parent sees it: weight, priority, quantum, reservation.
+    pub member: MemberCfg,
+    /// Leaves: how the leaf sees each of its flows.
+    pub flows: MemberCfg,
+    /// Leaves: a pacing rate for every flow (overridden by a packet's own pacing rate).
+    pub flow_rate: Option<Rate>,
+    /// Leaves: the flows' burst allowance.
+    pub flow_burst: u64,
+}
+
+impl NodeSpec {
+    /// A node with this name and policy and default everything else.
+    pub fn new(name: &str, policy: PolicyKind) -> Self {
+        NodeSpec {
+            name: name.to_string(),
+            policy,
+            queue: QueueChoice::Auto,
+            rate: None,
+            burst: 0,
+            member: MemberCfg::default(),
+            flows: MemberCfg::default(),
+            flow_rate: None,
+            flow_burst: 0,
+        }
+    }
+
+    /// Builder-style: a rate limit with burst.
+    pub fn rate(mut self, rate: Rate, burst: u64) -> Self {
+        self.rate = Some(rate);
+        self.burst = burst;
+        self
+    }
+
+    /// Builder-style: weight in the parent.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.member.weight = weight;
+        self
+    }
+
+    /// Builder-style: strict priority in the parent.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.member.priority = Some(priority);
+        self
+    }
+
+    /// Builder-style: reservation (hClock) or guaranteed rate (HTB) in the parent.
+    pub fn reservation(mut self, rate: Rate) -> Self {
+        self.member.reservation = Some(rate);
+        self
+    }
+
+    /// Builder-style: the queue.
+    pub fn queue(mut self, queue: QueueChoice) -> Self {
+        self.queue = queue;
+        self
+    }
+}
+
+/// Why a tree cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// No root was given.
+    #[error("the tree has no root")]
+    NoRoot,
+    /// Two nodes share a name.
+    #[error("two nodes are named `{0}`")]
+    DuplicateName(String),
+    /// A policy placed where it cannot work.
+    #[error("node `{node}`: policy `{policy}` {why}")]
+    Misplaced {
+        /// The node.
+        node: String,
+        /// Its policy.
+        policy: PolicyKind,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The tree is too deep.
+    #[error("node `{0}` is deeper than the {MAX_DEPTH} levels supported")]
+    TooDeep(String),
+    /// Too many nodes.
+    #[error("{0} nodes is more than the 65535 supported")]
+    TooManyNodes(usize),
+    /// A rule names a node that is not a leaf.
+    #[error("a classifier rule sends packets to `{0}`, which is not a leaf")]
+    RuleToInner(String),
+    /// A value outside its range.
+    #[error("{0}")]
+    Invalid(String),
+    /// A node's queue cannot be built.
+    #[error("node `{node}`: queue: {source}")]
+    Queue {
+        /// The node.
+        node: String,
+        /// Why.
+        source: ConfigError,
+    },
+    /// The shaper cannot be built.
+    #[error("shaper: {0}")]
+    Shaper(ConfigError),
+}
+
+/// One node, validated, with everything needed to build it.
+pub(crate) struct NodePlan {
+    pub name: String,
+    pub parent: Option<NodeId>,
+    pub slot: u32,
+    pub children: Vec<NodeId>,
+    pub leaf: bool,
+    pub mode: Mode,
+    pub dual: bool,
+    pub policy: Box<dyn crate::policy::Policy>,
+    pub queues: Vec<QueueSpec>,
+    pub gate: Option<crate::gate::Gate>,
+    pub member_cfg: Vec<MemberCfg>,
+    pub flow_rate: Option<(Rate, u64)>,
+}
+
+/// A validated tree.
+pub(crate) struct Plan {
+    pub nodes: Vec<NodePlan>,
+    pub classifier: Classifier,
+    pub capacity: usize,
+    pub flows: usize,
+    pub shaper: QueueSpec,
+    pub horizon_ns: u64,
+    pub beyond_horizon: Overflow,
+}
+
+/// Builds a [`Scheduler`]; see the module note.
+#[derive(Clone, Debug)]
+pub struct TreeBuilder {
+    cfg: SchedConfig,
+    specs: Vec<(NodeSpec, Option<NodeId>)>,
+    rules: Vec<Rule>,
+    default_leaf: Option<NodeId>,
+}
+
+impl TreeBuilder {
+    /// A builder with this configuration.
+    pub fn new(cfg: SchedConfig) -> Self {
+        TreeBuilder {
+            cfg,
+            specs: Vec::new(),
+            rules: Vec::new(),
+            default_leaf: None,
+        }
+    }
+
+    /// The root; call first.
+    pub fn root(&mut self, spec: NodeSpec) -> NodeId {
+        self.specs.push((spec, None));
+        (self.specs.len() - 1) as NodeId
+    }
+
+    /// A child of `parent`.
+    pub fn child(&mut self, parent: NodeId, spec: NodeSpec) -> NodeId {
+        self.specs.push((spec, Some(parent)));
+        (self.specs.len() - 1) as NodeId
+    }
+
+    /// Send packets matching all of `all` to `leaf` (rules are tried in the order added).
+    pub fn rule(&mut self, all: Vec<Match>, leaf: NodeId) {
+        self.rules.push(Rule { all, leaf });
+    }
+
+    /// Send packets no rule matches to `leaf` (without one they are rejected).
+    pub fn default_leaf(&mut self, leaf: NodeId) {
+        self.default_leaf = Some(leaf);
+    }
+
+    fn check_member(name: &str, m: &MemberCfg) -> Result<(), BuildError> {
+        if m.weight == 0 || m.weight > MAX_WEIGHT {
+            return Err(BuildError::Invalid(format!(
+                "node `{name}`: weight {} is outside 1..={MAX_WEIGHT}",
+                m.weight
+            )));
+        }
+        if m.quantum == 0 {
+            return Err(BuildError::Invalid(format!(
+                "node `{name}`: quantum must be at least 1 byte"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Validate and derive every node's parts (shared by the scheduler and the oracle).
+    pub(crate) fn plan(&self) -> Result<Plan, BuildError> {
+        let n = self.specs.len();
+        if n == 0 || self.specs[0].1.is_some() || self.specs.iter().skip(1).any(|s| s.1.is_none()) {
+            return Err(BuildError::NoRoot);
+        }
+        if n > u16::MAX as usize {
+            return Err(BuildError::TooManyNodes(n));
+        }
+        if self.cfg.capacity == 0 || self.cfg.flows == 0 {
+            return Err(BuildError::Invalid(
+                "capacity and flows must be at least 1".into(),
+            ));
+        }
+        if self.cfg.capacity > 1 << 28 || self.cfg.flows > 1 << 28 {
+            return Err(BuildError::Invalid(
+                "capacity and flows must be at most 2^28".into(),
+            ));
+        }
+        if self.cfg.max_packet == 0 {
+            return Err(BuildError::Invalid(
+                "max_packet must be at least 1 byte".into(),
+            ));
+        }
+        let mut children: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+        for (i, (spec, parent)) in self.specs.iter().enumerate() {
+            if self.specs[..i].iter().any(|(s, _)| s.name == spec.name) {
+                return Err(BuildError::DuplicateName(spec.name.clone()));
+            }
+            if let Some(p) = parent {
+                if *p as usize >= i {
+                    return Err(BuildError::Invalid(format!(
+                        "node `{}`: its parent must be built before it",
+                        spec.name
+                    )));
+                }
+                children[*p as usize].push(i as NodeId);
+            }
+            Self::check_member(&spec.name, &spec.member)?;
+            Self::check_member(&spec.name, &spec.flows)?;
+        }
+        // Depth.
+        for i in 0..n {
+            let (mut d, mut cur) = (1, self.specs[i].1);
+            while let Some(p) = cur {
+                d += 1;
+                cur = self.specs[p as usize].1;
+            }
+            if d > MAX_DEPTH {
+                return Err(BuildError::TooDeep(self.specs[i].0.name.clone()));
+            }
+        }
+        for r in &self.rules {
+            if r.leaf as usize >= n || !children[r.leaf as usize].is_empty() {
+                let name = self
+                    .specs
+                    .get(r.leaf as usize)
+                    .map_or("?".to_string(), |s| s.0.name.clone());
+                return Err(BuildError::RuleToInner(name));
+            }
+        }
+        if let Some(d) = self.default_leaf {
+            if d as usize >= n || !children[d as usize].is_empty() {
+                let name = self
+                    .specs
+                    .get(d as usize)
+                    .map_or("?".to_string(), |s| s.0.name.clone());
+                return Err(BuildError::RuleToInner(name));
+            }
+        }
+
+        let mut nodes = Vec::with_capacity(n);
+        for (i, (spec, parent)) in self.specs.iter().enumerate() {
+            let leaf = children[i].is_empty();
+            let kind = spec.policy;
+            if leaf && kind.internal_only() {
+                return Err(BuildError::Misplaced {
+                    node: spec.name.clone(),
+                    policy: kind,
+                    why: "orders child classes and cannot be a leaf",
+                });
+            }
+            if !leaf && kind.leaf_only() {
+                return Err(BuildError::Misplaced {
+                    node: spec.name.clone(),
+                    policy: kind,
+                    why: "orders flows and must be a leaf",
+                });
+            }
+            let mut policy = kind.build();
+            policy.set_param("capacity", self.cfg.capacity as u64);
+            let mode = policy.mode(leaf);
+            let member_cfg: Vec<MemberCfg> = if leaf {
+                vec![spec.flows]
+            } else {
+                children[i]
+                    .iter()
+                    .map(|&c| self.specs[c as usize].0.member)
+                    .collect()
+            };
+            let cx = ShapeCx {
+                max_len: self.cfg.max_packet,
+                min_weight: member_cfg.iter().map(|m| m.weight).min().unwrap_or(1),
+                min_reservation: member_cfg.iter().filter_map(|m| m.reservation).min(),
+                capacity: self.cfg.capacity.min(u32::MAX as usize) as u32,
+            };
+            let entries = match (mode, leaf) {
+                (Mode::PerPacket, _) => self.cfg.capacity,
+                (Mode::PerMember, true) => self.cfg.flows.min(self.cfg.capacity),
+                (Mode::PerMember, false) => children[i].len(),
+            };
+            let queue_count = if policy.dual() { 2 } else { 1 };
+            let mut queues = Vec::with_capacity(queue_count);
+            for which in 0..queue_count {
+                let qs = node_queue_spec(spec.queue, policy.shape(&cx, which), entries);
+                // Build once here so that a bad queue is a build error, not a later panic.
+                qs.build::<u32>().map_err(|source| BuildError::Queue {
+                    node: spec.name.clone(),
+                    source,
+                })?;
+                queues.push(qs);
+            }
+            let slot = parent.map_or(0, |p| {
+                children[p as usize]
+                    .iter()
+                    .position(|&c| c as usize == i)
+                    .unwrap_or(0) as u32
+            });
+            nodes.push(NodePlan {
+                name: spec.name.clone(),
+                parent: *parent,
+                slot,
+                children: children[i].clone(),
+                leaf,
+                mode,
+                dual: policy.dual(),
+                policy,
+                queues,
+                gate: spec.rate.map(|r| crate::gate::Gate::new(r, spec.burst)),
+                member_cfg,
+                flow_rate: spec.flow_rate.map(|r| (r, spec.flow_burst)),
+            });
+        }
+        let s = self.cfg.shaper;
+        let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
+        shaper.overflow = Overflow::Clamp;
+        shaper.build::<u32>().map_err(BuildError::Shaper)?;
+        let horizon_ns = if s.kind == QueueKind::TimingWheel {
+            s.horizon_ns().max(1)
+        } else {
+            u64::MAX
+        };
+        Ok(Plan {
+            nodes,
+            classifier: Classifier {
+                rules: self.rules.clone(),
+                default: self.default_leaf,
+            },
+            capacity: self.cfg.capacity,
+            flows: self.cfg.flows,
+            shaper,
+            horizon_ns,
+            beyond_horizon: s.beyond_horizon,
+        })
+    }
+
+    /// Validate and build the scheduler.
+    pub fn build(&self) -> Result<Scheduler, BuildError> {
+        let plan = self.plan()?;
+        let nodes = plan
+            .nodes
+            .into_iter()
+            .map(|p| {
+                let queues = p
+                    .queues
+                    .iter()
+                    .map(|q| q.build::<u32>())
+                    .collect::<Result<Vec<_>, _>>();
+                queues.map(|queues| Node {
+                    name: p.name,
+                    parent: p.parent,
+                    slot: p.slot,
+                    members: vec![Default::default(); if p.leaf { 0 } else { p.children.len() }],
+                    children: p.children,
+                    leaf: p.leaf,
+                    mode: p.mode,
+                    dual: p.dual,
+                    policy: p.policy,
+                    queues,
+                    queue_specs: p.queues,
+                    gate: p.gate,
+                    member_cfg: p.member_cfg,
+                    flow_rate: p.flow_rate,
+                    stats: NodeStats::default(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(BuildError::Shaper)?;
+        let shaper = plan.shaper.build::<u32>().map_err(BuildError::Shaper)?;
+        Ok(Scheduler::from_parts(
+            nodes,
+            plan.classifier,
+            plan.capacity,
+            plan.flows,
+            (shaper, plan.shaper),
+            plan.horizon_ns,
+            plan.beyond_horizon,
+        ))
+    }
+}
+
+/// Buckets per range for moving ranges chosen by `auto`.
+const MOVING_BUCKETS: usize = 4096;
+/// Most buckets for fixed ranges chosen by `auto`.
+const FIXED_BUCKETS: u64 = 1 << 16;
+
+/// The queue spec for a node: `choice`, sized from the rank `shape`, for `entries` entries.
+pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) -> QueueSpec {
+    let auto_kind = match shape {
+        RankShape::Levels(l) if l <= 1024 => QueueKind::Ffs,
+        RankShape::Levels(_) | RankShape::Fixed { .. } => QueueKind::HierFfs,
+        RankShape::Moving { dense: false, .. } => QueueKind::Cffs,
+        RankShape::Moving { dense: true, .. } => QueueKind::CircularApprox,
+    };
+    let (kind, buckets, granularity) = match choice {
+        QueueChoice::Auto => (auto_kind, None, None),
+        QueueChoice::Kind {
+            kind,
+            buckets,
+            granularity,
+        } => (kind, buckets, granularity),
+    };
+    let (default_buckets, span) = match shape {
+        RankShape::Levels(l) => (l, l),
+        RankShape::Fixed { max } => (max.min(FIXED_BUCKETS), max),
+        RankShape::Moving { span, .. } => {
+            let window = if matches!(kind, QueueKind::CircularApprox | QueueKind::ApproxGradient) {
+                Window::for_alpha(16).map_or(1, |w| w.buckets()) as u64
+            } else {
+                MOVING_BUCKETS as u64
+            };
+            (window.min(span.max(1)), span)
+        }
+    };
+    let buckets = buckets.unwrap_or(default_buckets.max(1) as usize);
+    let granularity = granularity.unwrap_or_else(|| {
+        span.max(1)
+            .div_ceil(buckets as u64)
+            .max(1)
+            .next_power_of_two()
+    });
+    QueueSpec::new(kind, buckets, granularity, entries.max(1))
+}

@@ -1,0 +1,197 @@
+//! The bounded flow table: flow keys to dense ids, per-flow state, reclaim on demand.
+//!
+//! A flow exists while it has packets in the scheduler, and stays after it empties for as long
+//! as nothing needs its slot: its gate's last timestamp and its fair-queuing tags must outlive
+//! short idle gaps (a TCP flow under TSQ empties after every packet; forgetting its pacing
+//! state then would let it burst). Emptied flows wait on an idle list in the order they
+//! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
+//! (O(1)). A table whose flows all have packets is full: the enqueue is rejected and counted.
+//!
+//! Lookups hash (flow key, leaf) with FxHash into a map reserved at construction, so the table
+//! never allocates after it is built.
+
+use crate::gate::Gate;
+use crate::packet::FlowId;
+use crate::policy::Tags;
+use rustc_hash::FxHashMap;
+use sluice_queue::Handle;
+
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// A member's place in its node: how many packets it has available, where it sits in the
+/// node's queue(s), and its ranking tags.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Member {
+    pub available: u32,
+    pub handles: [Option<Handle>; 2],
+    pub tags: Tags,
+}
+
+/// One flow.
+#[derive(Clone, Debug)]
+pub(crate) struct Flow {
+    pub key: u64,
+    pub leaf: u16,
+    /// FIFO of its packets (per-member leaves), linked through the packet records.
+    pub head: u32,
+    pub tail: u32,
+    /// Packets of this flow anywhere in the scheduler.
+    pub queued: u32,
+    pub member: Member,
+    /// Pacing or limit gate, if its leaf or its packets ask for one.
+    pub gate: Option<Gate>,
+    /// Idle list links (valid while `queued == 0`).
+    idle_prev: u32,
+    idle_next: u32,
+}
+
+/// See the module note.
+pub(crate) struct FlowTable {
+    map: FxHashMap<(u64, u16), FlowId>,
+    pub flows: Vec<Flow>,
+    idle_head: u32,
+    idle_tail: u32,
+    capacity: usize,
+    /// Flows reclaimed to make room.
+    pub reclaimed: u64,
+}
+
+impl FlowTable {
+    pub fn new(capacity: usize) -> Self {
+        let mut map = FxHashMap::default();
+        map.reserve(capacity);
+        FlowTable {
+            map,
+            flows: Vec::with_capacity(capacity),
+            idle_head: NIL,
+            idle_tail: NIL,
+            capacity,
+            reclaimed: 0,
+        }
+    }
+
+    /// Flows in the table (active and idle).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
+    /// active flows.
+    pub fn get_or_insert(
+        &mut self,
+        key: u64,
+        leaf: u16,
+        gate: impl FnOnce() -> Option<Gate>,
+    ) -> Option<FlowId> {
+        if let Some(&id) = self.map.get(&(key, leaf)) {
+            if self.flows[id as usize].queued == 0 {
+                self.unlink_idle(id);
+            }
+            return Some(id);
+        }
+        let fresh = Flow {
+            key,
+            leaf,
+            head: NIL,
+            tail: NIL,
+            queued: 0,
+            member: Member::default(),
+            gate: gate(),
+            idle_prev: NIL,
+            idle_next: NIL,
+        };
+        let id = if self.flows.len() < self.capacity {
+            self.flows.push(fresh);
+            (self.flows.len() - 1) as FlowId
+        } else if self.idle_head != NIL {
+            let id = self.idle_head;
+            self.unlink_idle(id);
+            let old = &self.flows[id as usize];
+            self.map.remove(&(old.key, old.leaf));
+            self.flows[id as usize] = fresh;
+            self.reclaimed += 1;
+            id
+        } else {
+            return None;
+        };
+        self.map.insert((key, leaf), id);
+        Some(id)
+    }
+
+    /// The flow's last packet left: put it on the idle list.
+    pub fn emptied(&mut self, id: FlowId) {
+        let f = &mut self.flows[id as usize];
+        f.idle_prev = self.idle_tail;
+        f.idle_next = NIL;
+        if self.idle_tail == NIL {
+            self.idle_head = id;
+        } else {
+            self.flows[self.idle_tail as usize].idle_next = id;
+        }
+        self.idle_tail = id;
+    }
+
+    fn unlink_idle(&mut self, id: FlowId) {
+        let (prev, next) = {
+            let f = &self.flows[id as usize];
+            (f.idle_prev, f.idle_next)
+        };
+        if prev == NIL {
+            self.idle_head = next;
+        } else {
+            self.flows[prev as usize].idle_next = next;
+        }
+        if next == NIL {
+            self.idle_tail = prev;
+        } else {
+            self.flows[next as usize].idle_prev = prev;
+        }
+    }
+
+    /// The id of (key, leaf), if present.
+    pub fn find(&self, key: u64, leaf: u16) -> Option<FlowId> {
+        self.map.get(&(key, leaf)).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaims_the_longest_idle_flow_and_never_an_active_one() {
+        let mut t = FlowTable::new(2);
+        let a = t.get_or_insert(1, 0, || None).unwrap();
+        let b = t.get_or_insert(2, 0, || None).unwrap();
+        t.flows[a as usize].queued = 1;
+        t.flows[b as usize].queued = 1;
+        assert_eq!(t.get_or_insert(3, 0, || None), None, "full of active flows");
+        t.flows[b as usize].queued = 0;
+        t.emptied(b);
+        t.flows[a as usize].queued = 0;
+        t.emptied(a);
+        // b went idle first: it is reclaimed first.
+        let c = t.get_or_insert(3, 0, || None).unwrap();
+        assert_eq!(c, b);
+        assert_eq!(t.find(2, 0), None);
+        assert_eq!(t.find(1, 0), Some(a));
+        // An idle flow that gets a packet again leaves the idle list.
+        assert_eq!(t.get_or_insert(1, 0, || None), Some(a));
+        t.flows[a as usize].queued = 1;
+        t.flows[c as usize].queued = 1;
+        assert_eq!(t.get_or_insert(4, 0, || None), None);
+        assert_eq!(t.reclaimed, 1);
+    }
+
+    #[test]
+    fn same_key_in_two_leaves_is_two_flows() {
+        let mut t = FlowTable::new(4);
+        let a = t.get_or_insert(7, 0, || None).unwrap();
+        let b = t.get_or_insert(7, 1, || None).unwrap();
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,394 @@
+//! `OracleTree`: the plain reference interpreter of the scheduler's semantics.
+//!
+//! A PIFO tree as in "Formal Abstractions for Packet Scheduling" (Mohan et al.): every node a
+//! PIFO; a per-packet node holds one reference to a child (or a packet at a leaf) per available
+//! packet; popping the root follows references down to a packet. Plus Eiffel's extensions as
+//! [`crate::tree`] documents them: per-member nodes (one reference per member with packets,
+//! re-ranked on arrival and service), dual queues, and gates whose waiting packets sit in one
+//! shaper.
+//!
+//! It is written for obviousness, not speed: flows are a `HashMap` of `VecDeque`s and are never
+//! reclaimed, every PIFO is [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks
+//! exactly as the node's real queue would (its [`KeyModel`]), and nothing is shared with
+//! [`crate::tree`] except the rank arithmetic it is meant to check the structures against: the
+//! policies, the gates and the classifier. A differential test runs both on the same packets and
+//! demands the same departures. Approximate queues have no exact model and are not supported.
+
+use crate::builder::{BuildError, TreeBuilder};
+use crate::classify::Classifier;
+use crate::gate::Gate;
+use crate::packet::{Meta, Packet};
+use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service, Tags};
+use crate::tree::{Dequeued, NodeId, RejectReason};
+use crate::units::Rate;
+use sluice_queue::Rank;
+use sluice_queue::oracle::{KeyModel, Oracle, key_model};
+use std::collections::{HashMap, VecDeque};
+
+#[derive(Clone, Copy, Debug, Default)]
+struct OMember {
+    available: u32,
+    ids: [Option<u64>; 2],
+    tags: Tags,
+}
+
+struct OFlow {
+    key: u64,
+    leaf: NodeId,
+    /// Packets of a per-member leaf, in order.
+    fifo: VecDeque<Meta>,
+    member: OMember,
+    gate: Option<Gate>,
+}
+
+struct ONode {
+    parent: Option<NodeId>,
+    slot: u32,
+    children: Vec<NodeId>,
+    leaf: bool,
+    mode: Mode,
+    dual: bool,
+    policy: Box<dyn Policy>,
+    pifos: Vec<Oracle<u32>>,
+    gate: Option<Gate>,
+    members: Vec<OMember>,
+    member_cfg: Vec<MemberCfg>,
+    flow_rate: Option<(Rate, u64)>,
+}
+
+/// What waits in the shaper.
+#[derive(Clone, Copy)]
+enum Wait {
+    Flow(u32),
+    Node(NodeId, Meta),
+}
+
+/// The reference interpreter; see the module note.
+pub struct OracleTree {
+    nodes: Vec<ONode>,
+    classifier: Classifier,
+    flows: Vec<OFlow>,
+    by_key: HashMap<(u64, NodeId), u32>,
+    /// Packets by id (per-packet leaves reference them; per-member leaves keep them in FIFOs).
+    packets: Vec<Meta>,
+    waits: Vec<Wait>,
+    shaper: Oracle<u32>,
+    held: usize,
+    capacity: usize,
+    ready: u32,
+}
+
+struct Fifo<'a>(&'a VecDeque<Meta>);
+
+impl Backlog for Fifo<'_> {
+    fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
+        self.0.iter().for_each(f);
+    }
+}
+
+impl OracleTree {
+    /// Interpret the tree `b` describes.
+    pub fn new(b: &TreeBuilder) -> Result<Self, BuildError> {
+        let plan = b.plan()?;
+        let mut nodes = Vec::new();
+        for p in plan.nodes {
+            let mut pifos = Vec::new();
+            for spec in &p.queues {
+                let model = key_model(spec).ok_or_else(|| {
+                    BuildError::Invalid(format!(
+                        "node `{}`: the oracle has no exact model of `{}`",
+                        p.name, spec.kind
+                    ))
+                })?;
+                pifos.push(Oracle::new(model, usize::MAX));
+            }
+            nodes.push(ONode {
+                parent: p.parent,
+                slot: p.slot,
+                members: vec![OMember::default(); p.children.len()],
+                children: p.children,
+                leaf: p.leaf,
+                mode: p.mode,
+                dual: p.dual,
+                policy: p.policy,
+                pifos,
+                gate: p.gate,
+                member_cfg: p.member_cfg,
+                flow_rate: p.flow_rate,
+            });
+        }
+        let model = key_model(&plan.shaper).ok_or_else(|| {
+            BuildError::Invalid("the oracle has no exact model of the shaper".into())
+        })?;
+        Ok(OracleTree {
+            nodes,
+            classifier: plan.classifier,
+            flows: Vec::new(),
+            by_key: HashMap::new(),
+            packets: Vec::new(),
+            waits: Vec::new(),
+            shaper: Oracle::new(model, usize::MAX),
+            held: 0,
+            capacity: plan.capacity,
+            ready: 0,
+        })
+    }
+
+    /// Packets held.
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    /// Offer a packet (same contract as [`crate::Scheduler::enqueue`], without flow reclaim).
+    pub fn enqueue(&mut self, now: u64, p: &Packet) -> Result<(), RejectReason> {
+        if p.len == 0 {
+            return Err(RejectReason::ZeroLength);
+        }
+        let leaf = self.classifier.classify(p).ok_or(RejectReason::NoClass)?;
+        if self.held == self.capacity {
+            return Err(RejectReason::BufferFull);
+        }
+        self.release_due(now);
+        let id = match self.by_key.get(&(p.flow, leaf)) {
+            Some(&id) => id,
+            None => {
+                let own = Rate::from_bps(p.fields.pacing_bps).ok();
+                let lr = self.nodes[leaf as usize].flow_rate;
+                let gate = match (own, lr) {
+                    (Some(r), l) => Some(Gate::new(r, l.map_or(0, |l| l.1))),
+                    (None, Some((r, b))) => Some(Gate::new(r, b)),
+                    (None, None) => None,
+                };
+                self.flows.push(OFlow {
+                    key: p.flow,
+                    leaf,
+                    fifo: VecDeque::new(),
+                    member: OMember::default(),
+                    gate,
+                });
+                self.by_key
+                    .insert((p.flow, leaf), (self.flows.len() - 1) as u32);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        let meta = Meta::new(p, id, now);
+        let f = &mut self.flows[id as usize];
+        if let (Some(g), Ok(r)) = (f.gate.as_mut(), Rate::from_bps(p.fields.pacing_bps)) {
+            g.set_rate(r);
+        }
+        let release = f.gate.as_mut().map_or(now, |g| g.stamp(now, p.len));
+        self.held += 1;
+        self.packets.push(meta);
+        let pkt = (self.packets.len() - 1) as u32;
+        if self.nodes[leaf as usize].mode == Mode::PerMember {
+            self.flows[id as usize].fifo.push_back(meta);
+        }
+        if release > now {
+            self.wait(release, Wait::Flow(pkt));
+        } else {
+            self.enter_leaf(pkt, now);
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, at: u64, w: Wait) {
+        self.waits.push(w);
+        let _ = self.shaper.push(at, (self.waits.len() - 1) as u32);
+    }
+
+    fn enter_leaf(&mut self, pkt: u32, now: u64) {
+        let meta = self.packets[pkt as usize];
+        let leaf = self.flows[meta.flow as usize].leaf;
+        let item = if self.nodes[leaf as usize].mode == Mode::PerMember {
+            meta.flow
+        } else {
+            pkt
+        };
+        self.give(leaf, item, &meta, now);
+        self.pass_up(leaf, &meta, now);
+    }
+
+    fn give(&mut self, n: NodeId, item: u32, meta: &Meta, now: u64) {
+        let node = &mut self.nodes[n as usize];
+        let (m, cfg) = if node.leaf {
+            (
+                &mut self.flows[meta.flow as usize].member,
+                node.member_cfg[0],
+            )
+        } else {
+            (
+                &mut node.members[item as usize],
+                node.member_cfg[item as usize],
+            )
+        };
+        if node.mode == Mode::PerPacket {
+            let rank = node.policy.rank_packet(&mut m.tags, &cfg, meta, now);
+            let _ = node.pifos[0].push(rank, item);
+            return;
+        }
+        m.available += 1;
+        let ranks = if m.available == 1 {
+            Some(node.policy.activate(&mut m.tags, &cfg, meta, now))
+        } else {
+            node.policy
+                .arrived(&mut m.tags, &cfg, meta, m.available, now)
+        };
+        if let Some(r) = ranks {
+            put(&mut node.pifos, m, r, item);
+        }
+    }
+
+    fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
+        loop {
+            if let Some(g) = self.nodes[n as usize].gate.as_mut() {
+                let t = g.stamp(now, meta.len);
+                if t > now {
+                    self.wait(t, Wait::Node(n, *meta));
+                    return;
+                }
+            }
+            let Some(p) = self.nodes[n as usize].parent else {
+                self.ready += 1;
+                return;
+            };
+            let slot = self.nodes[n as usize].slot;
+            self.give(p, slot, meta, now);
+            n = p;
+        }
+    }
+
+    fn release_due(&mut self, now: u64) {
+        while let Some(e) = self.shaper.pop_due(now) {
+            let t = e.rank.min(now);
+            match self.waits[e.item as usize] {
+                Wait::Flow(pkt) => self.enter_leaf(pkt, t),
+                Wait::Node(n, meta) => match self.nodes[n as usize].parent {
+                    None => self.ready += 1,
+                    Some(p) => {
+                        let slot = self.nodes[n as usize].slot;
+                        self.give(p, slot, &meta, t);
+                        self.pass_up(p, &meta, t);
+                    }
+                },
+            }
+        }
+    }
+
+    /// The next departure at `now` (same contract as [`crate::Scheduler::dequeue`]).
+    pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
+        self.release_due(now);
+        if self.ready == 0 {
+            return None;
+        }
+        self.ready -= 1;
+        let mut path: Vec<(NodeId, u32, Rank, usize)> = Vec::new();
+        let mut n: NodeId = 0;
+        let meta = loop {
+            let node = &mut self.nodes[n as usize];
+            let (item, rank, from) = if node.mode == Mode::PerPacket {
+                let e = node.pifos[0].pop_min()?;
+                (e.item, e.rank, 0)
+            } else {
+                let reserved = node
+                    .dual
+                    .then(|| node.pifos[0].peek_min())
+                    .flatten()
+                    .filter(|e| e.rank <= now);
+                match reserved {
+                    Some(e) => (e.item, e.rank, 0),
+                    None => {
+                        let q = usize::from(node.dual);
+                        let e = node.pifos[q].peek_min()?;
+                        (e.item, e.rank, q)
+                    }
+                }
+            };
+            path.push((n, item, rank, from));
+            if !node.leaf {
+                n = node.children[item as usize];
+                continue;
+            }
+            break if node.mode == Mode::PerPacket {
+                self.packets[item as usize]
+            } else {
+                self.flows[item as usize].fifo.pop_front()?
+            };
+        };
+        for &(n, item, rank, from) in path.iter().rev() {
+            let node = &mut self.nodes[n as usize];
+            if node.mode == Mode::PerPacket {
+                node.policy.popped(rank, &meta, now);
+                continue;
+            }
+            let (m, cfg, fifo) = if node.leaf {
+                let f = &mut self.flows[item as usize];
+                (&mut f.member, node.member_cfg[0], Some(&f.fifo))
+            } else {
+                (
+                    &mut node.members[item as usize],
+                    node.member_cfg[item as usize],
+                    None,
+                )
+            };
+            m.available -= 1;
+            let empty = VecDeque::new();
+            let backlog = Fifo(fifo.unwrap_or(&empty));
+            let s = Service {
+                sent: &meta,
+                available: m.available,
+                backlog: &backlog,
+                from,
+                now,
+            };
+            let ranks = node.policy.served(&mut m.tags, &cfg, &s);
+            if m.available > 0 {
+                put(&mut node.pifos, m, ranks, item);
+            } else {
+                for (q, id) in node.pifos.iter_mut().zip(m.ids.iter_mut()) {
+                    if let Some(id) = id.take() {
+                        q.remove(id);
+                    }
+                }
+            }
+        }
+        self.held -= 1;
+        let f = &self.flows[meta.flow as usize];
+        Some(Dequeued {
+            token: meta.token,
+            len: meta.len,
+            flow: f.key,
+            leaf: f.leaf,
+            arrival: meta.arrival,
+        })
+    }
+
+    /// When something may next be dequeued (same contract as the scheduler's).
+    pub fn next_event(&self, now: u64) -> Option<u64> {
+        if self.ready > 0 {
+            Some(now)
+        } else {
+            self.shaper.next_deadline().map(|t| t.max(now))
+        }
+    }
+
+    /// The key model of node `n`'s first queue (for tests).
+    pub fn model(&self, n: NodeId) -> KeyModel {
+        self.nodes[n as usize].pifos[0].model()
+    }
+}
+
+fn put(pifos: &mut [Oracle<u32>], m: &mut OMember, ranks: [Rank; 2], item: u32) {
+    for (i, q) in pifos.iter_mut().enumerate() {
+        if let Some(id) = m.ids[i].take() {
+            q.remove(id);
+        }
+        if ranks[i] != ABSENT {
+            m.ids[i] = q.push(ranks[i], item).ok();
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Policies: how a node ranks what it orders. Each built-in policy is one small type behind the
+//! [`Policy`] trait (BESS's `traffic_class.h` habit: a class per policy behind a tiny interface).
+//!
+//! A node orders **entries** in one of two modes ([`Mode`]):
+//!
+//! - **Per packet** (the classic PIFO tree): every packet that becomes available below the node
+//!   adds one entry, ranked once when it is pushed ([`Policy::rank_packet`]). At an internal node
+//!   the entry names the child the packet came from; at a leaf it is the packet.
+//! - **Per member** (Eiffel's per-flow ranking): the node's members (the flows of a leaf, or the
+//!   children of an internal node) are ranked as units, one entry per member that has packets
+//!   available, re-ranked when a packet arrives ([`Policy::arrived`]) and after every packet it
+//!   sends ([`Policy::served`]), with O(1) moves in the node's queue. Dual policies (hClock, HTB)
+//!   keep each member in two queues, a reservation queue ranked by time and a share queue.
+//!
+//! A policy keeps its per-node state itself (e.g. WFQ's virtual time) and its per-member state
+//! in the member's [`Tags`]. It describes its rank space ([`RankShape`]) so that a node set to
+//! `queue = "auto"` can pick a queue by Eiffel's decision tree (Fig. 4.20).
+
+mod fair;
+mod order;
+mod rls;
+mod size;
+
+pub use fair::{Drr, Fq, Wfq};
+pub use order::{Edf, Fifo, Lstf, Prio};
+pub use rls::{HClock, Htb};
+pub use size::{Lqf, Pfabric};
+
+use crate::packet::Meta;
+use crate::units::Rate;
+use sluice_queue::Rank;
+use std::fmt;
+
+/// Rank meaning "not in this queue" (a dual member without a reservation).
+pub const ABSENT: Rank = Rank::MAX;
+
+/// Virtual-time units per byte at weight 1 (fair policies): F += len * VT_PER_BYTE / weight.
+pub const VT_PER_BYTE: u64 = 1 << 16;
+
+/// Largest weight accepted.
+pub const MAX_WEIGHT: u32 = 1 << 16;
+
+/// How a node holds entries; see the module note.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One entry per available packet, ranked once.
+    PerPacket,
+    /// One entry per member with available packets, re-ranked on arrival and service.
+    PerMember,
+}
+
+/// Per-member ranking state; each policy documents what it keeps in `a`, `b`, `c`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tags {
+    /// First word.
+    pub a: u64,
+    /// Second word.
+    pub b: u64,
+    /// Third word.
+    pub c: u64,
+}
+
+/// Configuration of one member: a child as set in the policy file, or a leaf's defaults for its
+/// flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberCfg {
+    /// Share (WFQ, hClock, HTB borrowing), 1..=65536.
+    pub weight: u32,
+    /// Strict priority of a child (0 = first); `None` for flows, which use the packet's.
+    pub priority: Option<u8>,
+    /// DRR / FQ quantum in bytes.
+    pub quantum: u32,
+    /// Guaranteed rate (hClock reservation, HTB rate).
+    pub reservation: Option<Rate>,
+}
+
+impl Default for MemberCfg {
+    fn default() -> Self {
+        MemberCfg {
+            weight: 1,
+            priority: None,
+            quantum: 3028,
+            reservation: None,
+        }
+    }
+}
+
+/// What a member's queued packets look like, for policies that must look at them (pFabric's
+/// minimum remaining size after its minimum leaves).
+pub trait Backlog {
+    /// Call `f` with every packet the member has queued, first to last.
+    fn for_each(&self, f: &mut dyn FnMut(&Meta));
+}
+
+/// What happened when a member was served.
+pub struct Service<'a> {
+    /// The packet that left.
+    pub sent: &'a Meta,
+    /// Packets the member still has available (0: it leaves the queue).
+    pub available: u32,
+    /// The member's queued packets, for policies that must look.
+    pub backlog: &'a dyn Backlog,
+    /// Which queue the member was picked from (dual policies: 0 reservation, 1 share).
+    pub from: usize,
+    /// The time.
+    pub now: u64,
+}
+
+/// A member with nothing to show (internal nodes' children).
+pub struct NoBacklog;
+
+impl Backlog for NoBacklog {
+    fn for_each(&self, _f: &mut dyn FnMut(&Meta)) {}
+}
+
+/// The shape of a policy's ranks, for choosing a queue (Eiffel Fig. 4.20).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankShape {
+    /// A handful of distinct ranks `0..levels`.
+    Levels(u64),
+    /// Ranks in a fixed range `0..max`.
+    Fixed {
+        /// Exclusive upper end.
+        max: u64,
+    },
+    /// Ranks within `span` of the current minimum, moving forward; `dense` when nearly every
+    /// rank in the span is occupied (LSTF, hierarchical time stamps).
+    Moving {
+        /// Rank units ahead of the minimum.
+        span: u64,
+        /// Occupancy is dense.
+        dense: bool,
+    },
+}
+
+/// What a policy may know to describe its ranks.
+#[derive(Clone, Copy, Debug)]
+pub struct ShapeCx {
+    /// Largest packet, bytes.
+    pub max_len: u32,
+    /// Smallest member weight.
+    pub min_weight: u32,
+    /// Smallest reservation among members, if any.
+    pub min_reservation: Option<Rate>,
+    /// Most packets the scheduler holds.
+    pub capacity: u32,
+}
+
+/// A node's ranking policy; see the module note. Methods a mode does not use keep defaults.
+pub trait Policy: fmt::Debug + Send {
+    /// The policy's name in policy files.
+    fn name(&self) -> &'static str;
+
+    /// The mode this policy runs in at a leaf (`at_leaf`) or an internal node.
+    fn mode(&self, at_leaf: bool) -> Mode;
+
+    /// Whether members sit in two queues (reservation by time, then share).
+    fn dual(&self) -> bool {
+        false
+    }
+
+    /// The shape of ranks in queue `which` (0, or 1 for a dual policy's share queue).
+    fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape;
+
+    /// Per packet: rank an entry for a packet from a member.
+    fn rank_packet(&mut self, _tags: &mut Tags, _cfg: &MemberCfg, _pkt: &Meta, _now: u64) -> Rank {
+        0
+    }
+
+    /// Per packet: an entry with `rank` left, carrying `pkt`.
+    fn popped(&mut self, _rank: Rank, _pkt: &Meta, _now: u64) {}
+
+    /// Per member: a member gets its first available packet, `head`. Returns its ranks.
+    fn activate(
+        &mut self,
+        _tags: &mut Tags,
+        _cfg: &MemberCfg,
+        _head: &Meta,
+        _now: u64,
+    ) -> [Rank; 2] {
+        [0, ABSENT]
+    }
+
+    /// Per member: another packet became available at an active member, which now has
+    /// `available` of them. New ranks, if they change.
+    fn arrived(
+        &mut self,
+        _tags: &mut Tags,
+        _cfg: &MemberCfg,
+        _pkt: &Meta,
+        _available: u32,
+        _now: u64,
+    ) -> Option<[Rank; 2]> {
+        None
+    }
+
+    /// Per member: the member sent a packet. Its new ranks, used if it still has packets
+    /// available (`s.available > 0`); otherwise it leaves the queue and they are ignored.
+    fn served(&mut self, _tags: &mut Tags, _cfg: &MemberCfg, _s: &Service<'_>) -> [Rank; 2] {
+        [0, ABSENT]
+    }
+
+    /// Change a node-wide parameter at run time (e.g. a default quantum); false if unknown.
+    fn set_param(&mut self, _name: &str, _value: u64) -> bool {
+        false
+    }
+}
+
+/// The built-in policies, as named in policy files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// First in, first out.
+    Fifo,
+    /// Strict priority.
+    Prio,
+    /// Weighted fair queuing (start-time fair queuing with virtual time).
+    Wfq,
+    /// Deficit round robin.
+    Drr,
+    /// Earliest deadline first.
+    Edf,
+    /// Least slack time first.
+    Lstf,
+    /// pFabric / SRPT: least remaining flow size first, per flow.
+    Pfabric,
+    /// Longest queue first.
+    Lqf,
+    /// hClock: reservations, limits, shares.
+    HClock,
+    /// HTB-like: rate and ceil with borrowing.
+    Htb,
+    /// FQ/pacing: per-flow max rate plus fair queuing (Linux fq).
+    Fq,
+}
+
+impl PolicyKind {
+    /// Every kind.
+    pub const ALL: [PolicyKind; 11] = [
+        PolicyKind::Fifo,
+        PolicyKind::Prio,
+        PolicyKind::Wfq,
+        PolicyKind::Drr,
+        PolicyKind::Edf,
+        PolicyKind::Lstf,
+        PolicyKind::Pfabric,
+        PolicyKind::Lqf,
+        PolicyKind::HClock,
+        PolicyKind::Htb,
+        PolicyKind::Fq,
+    ];
+
+    /// Name in policy files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Fifo => "fifo",
+            PolicyKind::Prio => "prio",
+            PolicyKind::Wfq => "wfq",
+            PolicyKind::Drr => "drr",
+            PolicyKind::Edf => "edf",
+            PolicyKind::Lstf => "lstf",
+            PolicyKind::Pfabric => "pfabric",
+            PolicyKind::Lqf => "lqf",
+            PolicyKind::HClock => "hclock",
+            PolicyKind::Htb => "htb",
+            PolicyKind::Fq => "fq",
+        }
+    }
+
+    /// Look a name up (`srpt` is accepted for pFabric).
+    pub fn from_name(name: &str) -> Option<PolicyKind> {
+        if name == "srpt" {
+            return Some(PolicyKind::Pfabric);
+        }
+        PolicyKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether the policy orders flows and so belongs at a leaf only (or at internal nodes too).
+    pub fn leaf_only(self) -> bool {
+        matches!(self, PolicyKind::Pfabric | PolicyKind::Fq)
+    }
+
+    /// Whether the policy only makes sense at internal nodes.
+    pub fn internal_only(self) -> bool {
+        matches!(self, PolicyKind::Htb)
+    }
+
+    /// A fresh policy object.
+    pub fn build(self) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Fifo => Box::new(Fifo),
+            PolicyKind::Prio => Box::new(Prio),
+            PolicyKind::Wfq => Box::new(Wfq::default()),
+            PolicyKind::Drr => Box::new(Drr::default()),
+            PolicyKind::Edf => Box::new(Edf),
+            PolicyKind::Lstf => Box::new(Lstf),
+            PolicyKind::Pfabric => Box::new(Pfabric),
+            PolicyKind::Lqf => Box::new(Lqf::default()),
+            PolicyKind::HClock => Box::new(HClock::default()),
+            PolicyKind::Htb => Box::new(Htb::default()),
+            PolicyKind::Fq => Box::new(Fq::default()),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

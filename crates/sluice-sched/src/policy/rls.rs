@@ -1,0 +1,127 @@
+//! Reservations, limits and shares: hClock (Bhattacharya et al., Eiffel Fig. 4.11) and an
+//! HTB-like hierarchy. Both keep each member in two queues: a *reservation* queue ranked by
+//! time (the member's reservation tag `r`) and a *share* queue ranked by start-time fair queuing
+//! tags. A node serves the reservation queue's first member if its tag is due (`r <= now`),
+//! otherwise the share queue's first: reservations are met first, the rest is shared by weight.
+//! Limits are not ranks at all: a member's limit is its gate (a flow's pacing rate, a child's
+//! `rate`), enforced by the one shaper.
+//!
+//! Tags: `a` = r (ns), `b` = share start S, `c` = share finish F.
+
+use super::{ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE};
+use crate::packet::Meta;
+use sluice_queue::Rank;
+
+fn vt(len: u32, weight: u32) -> u64 {
+    u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
+}
+
+/// The shared arithmetic. `charge_shares_to_reservation`: whether service from the share
+/// queue also advances the reservation tag (HTB: a class's rate counts all it sends) or not
+/// (hClock / mClock: reservations come on top of shares).
+#[derive(Debug, Default)]
+struct Rls {
+    /// Share virtual time.
+    v: u64,
+}
+
+impl Rls {
+    fn ranks(tags: &Tags, cfg: &MemberCfg) -> [Rank; 2] {
+        let r = if cfg.reservation.is_some() {
+            tags.a
+        } else {
+            ABSENT
+        };
+        [r, tags.b]
+    }
+
+    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, now: u64) -> [Rank; 2] {
+        tags.a = tags.a.max(now);
+        tags.b = self.v.max(tags.c);
+        Self::ranks(tags, cfg)
+    }
+
+    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta, reservation_too: bool) {
+        if let (Some(res), true) = (cfg.reservation, reservation_too) {
+            tags.a += res.tx_time_ns(u64::from(sent.len));
+        }
+        tags.c = tags.b + vt(sent.len, cfg.weight);
+        self.v = self.v.max(tags.b);
+    }
+
+    fn shape(cx: &ShapeCx, which: usize) -> RankShape {
+        if which == 0 {
+            let slowest = cx
+                .min_reservation
+                .map_or(1_000_000, |r| r.tx_time_ns(u64::from(cx.max_len)));
+            RankShape::Moving {
+                span: 4 * slowest.max(1),
+                dense: false,
+            }
+        } else {
+            RankShape::Moving {
+                span: 2 * vt(cx.max_len, cx.min_weight),
+                dense: false,
+            }
+        }
+    }
+}
+
+/// hClock: per member reservation (guaranteed rate, served first while behind), limit (the
+/// member's gate) and share (weight for the rest). As in mClock, service from the share queue
+/// does not use up the reservation.
+#[derive(Debug, Default)]
+pub struct HClock(Rls);
+
+impl Policy for HClock {
+    fn name(&self) -> &'static str {
+        "hclock"
+    }
+    fn mode(&self, _at_leaf: bool) -> Mode {
+        Mode::PerMember
+    }
+    fn dual(&self) -> bool {
+        true
+    }
+    fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
+        Rls::shape(cx, which)
+    }
+    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
+        self.0.activate(tags, cfg, now)
+    }
+    fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
+        self.0.charge(tags, cfg, s.sent, s.from == 0);
+        tags.b = self.0.v.max(tags.c);
+        Rls::ranks(tags, cfg)
+    }
+}
+
+/// HTB-like: each child has a `rate` it is guaranteed (its reservation), a `ceil` it may not
+/// exceed (its gate) and a weight for borrowing spare bandwidth. A child under its rate is
+/// served first; above it, it borrows by weight up to its ceil. Everything a child sends counts
+/// against its rate, as in HTB.
+#[derive(Debug, Default)]
+pub struct Htb(Rls);
+
+impl Policy for Htb {
+    fn name(&self) -> &'static str {
+        "htb"
+    }
+    fn mode(&self, _at_leaf: bool) -> Mode {
+        Mode::PerMember
+    }
+    fn dual(&self) -> bool {
+        true
+    }
+    fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
+        Rls::shape(cx, which)
+    }
+    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
+        self.0.activate(tags, cfg, now)
+    }
+    fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
+        self.0.charge(tags, cfg, s.sent, true);
+        tags.b = self.0.v.max(tags.c);
+        Rls::ranks(tags, cfg)
+    }
+}

@@ -1,0 +1,162 @@
+//! Policies that rank flows by a size that changes on enqueue and dequeue: pFabric / SRPT (least
+//! remaining flow size first, Eiffel Fig. 4.14) and LQF (longest queue first, Fig. 4.6). Both
+//! are per-member ("per-flow ranking") with on-dequeue re-ranking.
+
+use super::{ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags};
+use crate::packet::Meta;
+use sluice_queue::Rank;
+
+/// Mantissa bits kept by [`compress`].
+const MANTISSA_BITS: u32 = 10;
+
+/// A monotone 16-bit code for a byte count: exact below 1024, then 10 bits of mantissa per
+/// power of two (within 0.1%). Orders remaining sizes from one byte to 2^64 in 55 296 buckets,
+/// so a fixed-range FFS queue can hold them.
+pub fn compress(bytes: u64) -> Rank {
+    if bytes < 1 << MANTISSA_BITS {
+        return bytes;
+    }
+    let e = 63 - u64::from(bytes.leading_zeros()); // >= MANTISSA_BITS
+    let mantissa = (bytes >> (e - u64::from(MANTISSA_BITS))) & ((1 << MANTISSA_BITS) - 1);
+    ((e - u64::from(MANTISSA_BITS) + 1) << MANTISSA_BITS) | mantissa
+}
+
+/// pFabric (Alizadeh et al.) / SRPT: flows are ranked by the least remaining size among their
+/// queued packets and send their *earliest* packet (no reordering). A packet's `remaining`
+/// field is its flow's remaining bytes when it was sent. Tags: `a` = the minimum remaining,
+/// `b` = how many queued packets carry it (so the minimum is recomputed only when its last
+/// holder leaves). Ranks are [`compress`]ed remaining sizes.
+#[derive(Debug, Default)]
+pub struct Pfabric;
+
+impl Policy for Pfabric {
+    fn name(&self) -> &'static str {
+        "pfabric"
+    }
+    fn mode(&self, _at_leaf: bool) -> Mode {
+        Mode::PerMember
+    }
+    fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
+        RankShape::Fixed {
+            max: compress(u64::MAX) + 1,
+        }
+    }
+    fn activate(&mut self, tags: &mut Tags, _: &MemberCfg, head: &Meta, _: u64) -> [Rank; 2] {
+        tags.a = head.remaining;
+        tags.b = 1;
+        [compress(tags.a), ABSENT]
+    }
+    fn arrived(
+        &mut self,
+        tags: &mut Tags,
+        _: &MemberCfg,
+        pkt: &Meta,
+        _: u32,
+        _: u64,
+    ) -> Option<[Rank; 2]> {
+        if pkt.remaining < tags.a {
+            tags.a = pkt.remaining;
+            tags.b = 1;
+            Some([compress(tags.a), ABSENT])
+        } else {
+            if pkt.remaining == tags.a {
+                tags.b += 1;
+            }
+            None
+        }
+    }
+    fn served(&mut self, tags: &mut Tags, _: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
+        if s.sent.remaining == tags.a {
+            tags.b -= 1;
+        }
+        if tags.b == 0 {
+            let (mut min, mut count) = (u64::MAX, 0);
+            s.backlog.for_each(&mut |m| {
+                if m.remaining < min {
+                    (min, count) = (m.remaining, 1);
+                } else if m.remaining == min {
+                    count += 1;
+                }
+            });
+            (tags.a, tags.b) = (min, count);
+        }
+        [compress(tags.a), ABSENT]
+    }
+}
+
+/// Longest queue first: the flow with the most available packets goes first; ties in the order
+/// they reached that length. Rank = capacity - available. Tags unused.
+#[derive(Debug, Default)]
+pub struct Lqf {
+    /// The scheduler's capacity in packets (the longest possible queue), set by the tree.
+    pub capacity: u64,
+}
+
+impl Lqf {
+    fn rank(&self, available: u32) -> Rank {
+        self.capacity.saturating_sub(u64::from(available))
+    }
+}
+
+impl Policy for Lqf {
+    fn name(&self) -> &'static str {
+        "lqf"
+    }
+    fn mode(&self, _at_leaf: bool) -> Mode {
+        Mode::PerMember
+    }
+    fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
+        RankShape::Fixed {
+            max: u64::from(cx.capacity) + 1,
+        }
+    }
+    fn activate(&mut self, _: &mut Tags, _: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
+        [self.rank(1), ABSENT]
+    }
+    fn arrived(
+        &mut self,
+        _: &mut Tags,
+        _: &MemberCfg,
+        _: &Meta,
+        available: u32,
+        _: u64,
+    ) -> Option<[Rank; 2]> {
+        Some([self.rank(available), ABSENT])
+    }
+    fn served(&mut self, _: &mut Tags, _: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
+        [self.rank(s.available), ABSENT]
+    }
+    fn set_param(&mut self, name: &str, value: u64) -> bool {
+        match name {
+            "capacity" => {
+                self.capacity = value;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compress_is_monotone_exact_small_and_close_large() {
+        let mut last = 0;
+        for b in (0..5000u64)
+            .chain((12..64).map(|e| 1u64 << e))
+            .chain([u64::MAX])
+        {
+            let r = compress(b);
+            assert!(r >= last, "{b}");
+            last = r;
+        }
+        for b in 0..1024 {
+            assert_eq!(compress(b), b);
+        }
+        assert!(compress(u64::MAX) < 1 << 16);
+        // Within 0.1%: values differing by more than that never share a code.
+        assert!(compress(1_000_000) < compress(1_001_100));
+    }
+}

@@ -1,0 +1,935 @@
+//! The scheduler: a PIFO tree with Eiffel's extensions and one shaper for every rate limit.
+//!
+//! ## How a packet moves
+//!
+//! ```text
+//!   enqueue ─> classify to a leaf ─> its flow ─> [flow gate] ─> leaf ─> [leaf gate] ─> parent
+//!              ─> ... ─> root ─> [root gate] ─> ready ─> dequeue
+//! ```
+//!
+//! A node is *given* a packet when one becomes available below it. It then holds an entry for
+//! it: per packet, one entry ranked once (classic PIFO tree: at an internal node the entry
+//! names the child); per member, the member's single entry is activated or re-ranked (Eiffel's
+//! per-flow ranking, see [`crate::policy`]). Then the node passes the packet up: if it has a
+//! gate (a rate limit), the gate stamps a release time (Carousel timestamping) and, if that is
+//! in the future, a record waits in the **one shaper**, a timing wheel shared by the whole tree;
+//! when the shaper releases it, the packet continues to the parent (Eiffel Fig. 4.8). A flow's
+//! pacing rate is a gate in front of its leaf. The root's gate is the link.
+//!
+//! `dequeue` first lets the shaper release everything due, then walks from the root down: a
+//! per-packet node pops its first entry and follows it; a per-member node picks its first member
+//! (for dual policies, a due reservation before the first share) and follows it; the leaf
+//! yields the packet. On the way back up every per-member node re-ranks the member that sent,
+//! with the packet actually sent, in O(1) (remove and push by handle).
+//!
+//! Invariant (checked by [`Scheduler::check`] in tests): every node holds exactly as many
+//! entries-worth of packets as its children have passed up to it, so following entries from
+//! the root always ends at a packet.
+//!
+//! Nothing allocates after construction: packets, flows, shaper records and every queue are
+//! reserved for the configured capacities. Time is passed in; nothing reads a clock.
+
+use crate::classify::Classifier;
+use crate::flow::{FlowTable, Member, NIL};
+use crate::gate::Gate;
+use crate::packet::{FlowId, Meta, Packet};
+use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
+use crate::units::Rate;
+use sluice_queue::{AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue};
+use std::fmt;
+
+/// Index of a node; 0 is the root.
+pub type NodeId = u16;
+
+/// Deepest tree accepted.
+pub const MAX_DEPTH: usize = 16;
+
+/// Why a packet was not accepted. Every rejection is counted per reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum RejectReason {
+    /// The scheduler holds `capacity` packets already.
+    #[error("packet buffer full")]
+    BufferFull,
+    /// Every flow slot holds a flow with packets.
+    #[error("flow table full")]
+    FlowTableFull,
+    /// No classifier rule matched and there is no default class.
+    #[error("no class matched")]
+    NoClass,
+    /// The packet's release time is beyond the shaper's horizon and the shaper rejects.
+    #[error("release time beyond the shaper horizon")]
+    BeyondHorizon,
+    /// A zero-length packet.
+    #[error("zero-length packet")]
+    ZeroLength,
+}
+
+impl RejectReason {
+    /// Every reason, for counters.
+    pub const ALL: [RejectReason; 5] = [
+        RejectReason::BufferFull,
+        RejectReason::FlowTableFull,
+        RejectReason::NoClass,
+        RejectReason::BeyondHorizon,
+        RejectReason::ZeroLength,
+    ];
+
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RejectReason::BufferFull => "buffer_full",
+            RejectReason::FlowTableFull => "flow_table_full",
+            RejectReason::NoClass => "no_class",
+            RejectReason::BeyondHorizon => "beyond_horizon",
+            RejectReason::ZeroLength => "zero_length",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A rejected packet: the reason and the host's token, so it can complete or retry it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("packet {token} rejected: {reason}")]
+pub struct Rejected {
+    /// Why.
+    pub reason: RejectReason,
+    /// The packet's token.
+    pub token: u64,
+}
+
+/// A packet leaving the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dequeued {
+    /// The host's token.
+    pub token: u64,
+    /// Bytes on the wire.
+    pub len: u32,
+    /// Its flow key.
+    pub flow: u64,
+    /// The leaf it went through.
+    pub leaf: NodeId,
+    /// When it arrived.
+    pub arrival: u64,
+}
+
+/// Per-node counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Packets that became available at this node.
+    pub arrived: u64,
+    /// Packets that left through this node.
+    pub sent: u64,
+    /// Bytes that left through this node.
+    pub sent_bytes: u64,
+    /// Packets its gate held in the shaper.
+    pub shaped: u64,
+    /// Packets classified to it (leaves).
+    pub enqueued: u64,
+}
+
+/// Scheduler-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Packets accepted.
+    pub enqueued: u64,
+    /// Packets dequeued.
+    pub dequeued: u64,
+    /// Rejections, by [`RejectReason`] (index = reason as usize).
+    pub rejected: [u64; 5],
+    /// Releases clamped into the shaper's horizon (rates so low the wait exceeds it).
+    pub clamped: u64,
+    /// Idle flows whose slot was reused.
+    pub flows_reclaimed: u64,
+}
+
+impl SchedStats {
+    /// Rejections for `reason`.
+    pub fn rejected(&self, reason: RejectReason) -> u64 {
+        self.rejected[reason.index()]
+    }
+}
+
+/// A record waiting in the shaper.
+#[derive(Clone, Copy, Debug)]
+enum Pending {
+    /// A packet waiting for its flow's gate, then its leaf.
+    Flow { pkt: u32 },
+    /// A packet that passed `node` waiting for `node`'s gate, then the parent.
+    Node { node: NodeId, meta: Meta },
+}
+
+/// A fixed-capacity slab with a free stack (packets and shaper records).
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T: Copy> Slab<T> {
+    fn new(capacity: usize) -> Self {
+        Slab {
+            items: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            len: 0,
+        }
+    }
+    fn is_full(&self) -> bool {
+        self.len == self.items.capacity()
+    }
+    fn insert(&mut self, v: T) -> u32 {
+        self.len += 1;
+        if let Some(i) = self.free.pop() {
+            self.items[i as usize] = v;
+            i
+        } else {
+            self.items.push(v);
+            (self.items.len() - 1) as u32
+        }
+    }
+    fn release(&mut self, i: u32) -> T {
+        self.len -= 1;
+        self.free.push(i);
+        self.items[i as usize]
+    }
+}
+
+/// A queued packet: its record and its link in its flow's FIFO.
+#[derive(Clone, Copy, Debug)]
+struct Rec {
+    meta: Meta,
+    next: u32,
+}
+
+/// A flow's queued packets, for policies that look (pFabric).
+struct FlowBacklog<'a> {
+    packets: &'a [Rec],
+    head: u32,
+}
+
+impl Backlog for FlowBacklog<'_> {
+    fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
+        let mut cur = self.head;
+        while cur != NIL {
+            let r = &self.packets[cur as usize];
+            f(&r.meta);
+            cur = r.next;
+        }
+    }
+}
+
+/// A node of the tree.
+pub(crate) struct Node {
+    pub name: String,
+    pub parent: Option<NodeId>,
+    /// Index among the parent's children.
+    pub slot: u32,
+    pub children: Vec<NodeId>,
+    pub leaf: bool,
+    pub mode: Mode,
+    pub dual: bool,
+    pub policy: Box<dyn Policy>,
+    /// One queue, or two for dual policies (reservation, share).
+    pub queues: Vec<AnyQueue<u32>>,
+    /// What each queue was built from.
+    pub queue_specs: Vec<QueueSpec>,
+    /// This node's rate limit.
+    pub gate: Option<Gate>,
+    /// Internal nodes: each child's place in this node.
+    pub members: Vec<Member>,
+    /// Internal nodes: each child's configuration; leaves: the one configuration of its flows.
+    pub member_cfg: Vec<MemberCfg>,
+    /// Leaves: pacing rate and burst given to each new flow.
+    pub flow_rate: Option<(Rate, u64)>,
+    pub stats: NodeStats,
+}
+
+/// The programmable scheduler. Build one with [`crate::TreeBuilder`] or from a policy file.
+pub struct Scheduler {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) classifier: Classifier,
+    flows: FlowTable,
+    packets: Slab<Rec>,
+    pending: Slab<Pending>,
+    shaper: AnyQueue<u32>,
+    shaper_spec: QueueSpec,
+    horizon_ns: u64,
+    beyond_horizon: Overflow,
+    /// Packets released by the root (and its gate), ready to leave.
+    ready: u32,
+    stats: SchedStats,
+}
+
+/// Which member a node picked on the way down.
+#[derive(Clone, Copy)]
+struct Step {
+    node: NodeId,
+    /// Child slot (internal) or flow id (per-member leaf) or packet id (per-packet leaf).
+    item: u32,
+    /// Rank of the popped entry (per packet) or the queue picked from (per member).
+    rank: Rank,
+    from: usize,
+}
+
+impl Scheduler {
+    pub(crate) fn from_parts(
+        nodes: Vec<Node>,
+        classifier: Classifier,
+        capacity: usize,
+        flow_capacity: usize,
+        shaper: (AnyQueue<u32>, QueueSpec),
+        horizon_ns: u64,
+        beyond_horizon: Overflow,
+    ) -> Self {
+        let (shaper, shaper_spec) = shaper;
+        Scheduler {
+            nodes,
+            classifier,
+            flows: FlowTable::new(flow_capacity),
+            packets: Slab::new(capacity),
+            pending: Slab::new(capacity),
+            shaper,
+            shaper_spec,
+            horizon_ns,
+            beyond_horizon,
+            ready: 0,
+            stats: SchedStats::default(),
+        }
+    }
+
+    /// Packets held (queued, or waiting in the shaper).
+    pub fn len(&self) -> usize {
+        self.packets.len
+    }
+
+    /// True when no packet is held.
+    pub fn is_empty(&self) -> bool {
+        self.packets.len == 0
+    }
+
+    /// Most packets held at once.
+    pub fn capacity(&self) -> usize {
+        self.packets.items.capacity()
+    }
+
+    /// Flows in the flow table.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Flow table slots.
+    pub fn flow_capacity(&self) -> usize {
+        self.flows.capacity()
+    }
+
+    /// Scheduler-wide counters.
+    pub fn stats(&self) -> SchedStats {
+        SchedStats {
+            flows_reclaimed: self.flows.reclaimed,
+            clamped: self.stats.clamped + self.shaper.stats().clamped,
+            ..self.stats
+        }
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// A node's name.
+    pub fn node_name(&self, n: NodeId) -> &str {
+        &self.nodes[n as usize].name
+    }
+
+    /// Find a node by name.
+    pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| i as NodeId)
+    }
+
+    /// A node's counters.
+    pub fn node_stats(&self, n: NodeId) -> NodeStats {
+        self.nodes[n as usize].stats
+    }
+
+    /// Packets waiting in the shaper.
+    pub fn shaped(&self) -> usize {
+        self.shaper.len()
+    }
+
+    fn reject(&mut self, reason: RejectReason, token: u64) -> Result<(), Rejected> {
+        self.stats.rejected[reason.index()] += 1;
+        Err(Rejected { reason, token })
+    }
+
+    /// Offer a packet at time `now`. Accepted packets leave through [`Scheduler::dequeue`];
+    /// rejected ones are returned with their reason (and counted). `now` must not go backwards.
+    pub fn enqueue(&mut self, now: u64, p: &Packet) -> Result<(), Rejected> {
+        if p.len == 0 {
+            return self.reject(RejectReason::ZeroLength, p.token);
+        }
+        let Some(leaf) = self.classifier.classify(p) else {
+            return self.reject(RejectReason::NoClass, p.token);
+        };
+        if self.packets.is_full() {
+            return self.reject(RejectReason::BufferFull, p.token);
+        }
+        // Let time pass first: releases what is due and moves the shaper's front to `now`.
+        self.release_due(now);
+        let leaf_rate = self.nodes[leaf as usize].flow_rate;
+        let pacing = p.fields.pacing_bps;
+        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, || {
+            let own = Rate::from_bps(pacing).ok();
+            match (own, leaf_rate) {
+                (Some(r), leaf) => Some(Gate::new(r, leaf.map_or(0, |l| l.1))),
+                (None, Some((r, burst))) => Some(Gate::new(r, burst)),
+                (None, None) => None,
+            }
+        }) else {
+            return self.reject(RejectReason::FlowTableFull, p.token);
+        };
+        let meta = Meta::new(p, flow, now);
+        let f = &mut self.flows.flows[flow as usize];
+        // The packet's own pacing rate (Carousel: set by the transport) updates the gate.
+        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::from_bps(pacing).ok()) {
+            g.set_rate(r);
+        }
+        let release = match f.gate.as_mut() {
+            Some(g) => {
+                let before = *g;
+                let t = g.stamp(now, p.len);
+                if t > now && t - now >= self.horizon_ns && self.beyond_horizon == Overflow::Reject
+                {
+                    *g = before;
+                    if f.queued == 0 {
+                        self.flows.emptied(flow);
+                    }
+                    return self.reject(RejectReason::BeyondHorizon, p.token);
+                }
+                t
+            }
+            None => now,
+        };
+        let pkt = self.packets.insert(Rec { meta, next: NIL });
+        let f = &mut self.flows.flows[flow as usize];
+        f.queued += 1;
+        if self.nodes[leaf as usize].mode == Mode::PerMember {
+            if f.tail == NIL {
+                f.head = pkt;
+            } else {
+                self.packets.items[f.tail as usize].next = pkt;
+            }
+            f.tail = pkt;
+        }
+        self.nodes[leaf as usize].stats.enqueued += 1;
+        self.stats.enqueued += 1;
+        if release > now {
+            self.park(release, now, Pending::Flow { pkt });
+        } else {
+            self.enter_leaf(pkt, now);
+        }
+        Ok(())
+    }
+
+    /// Put a record in the shaper until `at`.
+    fn park(&mut self, at: u64, now: u64, rec: Pending) {
+        let at = if at - now >= self.horizon_ns {
+            self.stats.clamped += 1;
+            now + self.horizon_ns - 1
+        } else {
+            at
+        };
+        let id = self.pending.insert(rec);
+        if let Err(e) = self.shaper.push(at, id) {
+            // The shaper holds at most one record per packet and was sized for all of them,
+            // and `at` was clamped into its horizon: neither error can happen.
+            debug_assert!(false, "shaper refused a record: {e:?}");
+            let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
+            let rec = self.pending.release(item);
+            self.unpark(rec, now);
+        }
+    }
+
+    /// A packet passed its flow's gate: it becomes available at its leaf.
+    fn enter_leaf(&mut self, pkt: u32, now: u64) {
+        let meta = self.packets.items[pkt as usize].meta;
+        let leaf = self.flows.flows[meta.flow as usize].leaf;
+        let item = if self.nodes[leaf as usize].mode == Mode::PerMember {
+            meta.flow
+        } else {
+            pkt
+        };
+        self.give(leaf, item, &meta, now);
+        self.pass_up(leaf, &meta, now);
+    }
+
+    /// Node `n` is given a packet from its member `item` (child slot, flow, or the packet itself).
+    fn give(&mut self, n: NodeId, item: u32, meta: &Meta, now: u64) {
+        let node = &mut self.nodes[n as usize];
+        node.stats.arrived += 1;
+        let (tags, cfg) = if node.leaf {
+            (
+                &mut self.flows.flows[meta.flow as usize].member,
+                &node.member_cfg[0],
+            )
+        } else {
+            (
+                &mut node.members[item as usize],
+                &node.member_cfg[item as usize],
+            )
+        };
+        match node.mode {
+            Mode::PerPacket => {
+                let rank = node.policy.rank_packet(&mut tags.tags, cfg, meta, now);
+                let _ = node.queues[0].push(rank, item);
+            }
+            Mode::PerMember => {
+                tags.available += 1;
+                let ranks = if tags.available == 1 {
+                    Some(node.policy.activate(&mut tags.tags, cfg, meta, now))
+                } else {
+                    node.policy
+                        .arrived(&mut tags.tags, cfg, meta, tags.available, now)
+                };
+                if let Some(ranks) = ranks {
+                    place(&mut node.queues, tags, ranks, item);
+                }
+            }
+        }
+    }
+
+    /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
+    fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
+        loop {
+            if let Some(gate) = self.nodes[n as usize].gate.as_mut() {
+                let t = gate.stamp(now, meta.len);
+                if t > now {
+                    self.nodes[n as usize].stats.shaped += 1;
+                    self.park(
+                        t,
+                        now,
+                        Pending::Node {
+                            node: n,
+                            meta: *meta,
+                        },
+                    );
+                    return;
+                }
+            }
+            match self.nodes[n as usize].parent {
+                None => {
+                    self.ready += 1;
+                    return;
+                }
+                Some(p) => {
+                    let slot = self.nodes[n as usize].slot;
+                    self.give(p, slot, meta, now);
+                    n = p;
+                }
+            }
+        }
+    }
+
+    /// A shaper record is due at `now`: continue its packet's way up.
+    fn unpark(&mut self, rec: Pending, now: u64) {
+        match rec {
+            Pending::Flow { pkt } => self.enter_leaf(pkt, now),
+            Pending::Node { node, meta } => match self.nodes[node as usize].parent {
+                None => self.ready += 1,
+                Some(p) => {
+                    let slot = self.nodes[node as usize].slot;
+                    self.give(p, slot, &meta, now);
+                    self.pass_up(p, &meta, now);
+                }
+            },
+        }
+    }
+
+    /// Release every shaper record due at `now`.
+    fn release_due(&mut self, now: u64) {
+        while let Some(e) = self.shaper.pop_due(now) {
+            let rec = self.pending.release(e.item);
+            // Continue from the time it was due, so chained gates keep exact spacing.
+            self.unpark(rec, e.rank.min(now));
+        }
+    }
+
+    /// When something may next be dequeued: `now` if a packet is ready, else the shaper's next
+    /// release, or `None` if nothing is held. A host sleeps until then.
+    pub fn next_event(&self, now: u64) -> Option<u64> {
+        if self.ready > 0 {
+            Some(now)
+        } else {
+            self.shaper.next_deadline().map(|t| t.max(now))
+        }
+    }
+
+    /// Take the next packet to send at `now`, if any is ready.
+    pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
+        self.release_due(now);
+        if self.ready == 0 {
+            return None;
+        }
+        self.ready -= 1;
+        let mut path = [Step {
+            node: 0,
+            item: 0,
+            rank: 0,
+            from: 0,
+        }; MAX_DEPTH];
+        let mut depth = 0;
+        let mut n: NodeId = 0;
+        let pkt = loop {
+            let node = &mut self.nodes[n as usize];
+            let (item, rank, from) = match node.mode {
+                Mode::PerPacket => {
+                    let e = node.queues[0].pop_min()?;
+                    (e.item, e.rank, 0)
+                }
+                Mode::PerMember => pick(&node.queues, node.dual, now)?,
+            };
+            path[depth] = Step {
+                node: n,
+                item,
+                rank,
+                from,
+            };
+            depth += 1;
+            if !node.leaf {
+                n = node.children[item as usize];
+                continue;
+            }
+            break match node.mode {
+                Mode::PerPacket => item,
+                Mode::PerMember => {
+                    let f = &mut self.flows.flows[item as usize];
+                    let pkt = f.head;
+                    f.head = self.packets.items[pkt as usize].next;
+                    if f.head == NIL {
+                        f.tail = NIL;
+                    }
+                    pkt
+                }
+            };
+        };
+        let meta = self.packets.items[pkt as usize].meta;
+        for step in path[..depth].iter().rev() {
+            self.account(step, &meta, now);
+        }
+        let f = &mut self.flows.flows[meta.flow as usize];
+        f.queued -= 1;
+        let (key, leaf, emptied) = (f.key, f.leaf, f.queued == 0);
+        if emptied {
+            self.flows.emptied(meta.flow);
+        }
+        self.packets.release(pkt);
+        self.stats.dequeued += 1;
+        Some(Dequeued {
+            token: meta.token,
+            len: meta.len,
+            flow: key,
+            leaf,
+            arrival: meta.arrival,
+        })
+    }
+
+    /// After `meta` left through `step.node`: count it and re-rank the member it came from.
+    fn account(&mut self, step: &Step, meta: &Meta, now: u64) {
+        let node = &mut self.nodes[step.node as usize];
+        node.stats.sent += 1;
+        node.stats.sent_bytes += u64::from(meta.len);
+        match node.mode {
+            Mode::PerPacket => node.policy.popped(step.rank, meta, now),
+            Mode::PerMember => {
+                let (m, cfg, head) = if node.leaf {
+                    let f = &mut self.flows.flows[step.item as usize];
+                    (&mut f.member, &node.member_cfg[0], f.head)
+                } else {
+                    (
+                        &mut node.members[step.item as usize],
+                        &node.member_cfg[step.item as usize],
+                        NIL,
+                    )
+                };
+                m.available -= 1;
+                let backlog = FlowBacklog {
+                    packets: &self.packets.items,
+                    head,
+                };
+                let s = Service {
+                    sent: meta,
+                    available: m.available,
+                    backlog: &backlog,
+                    from: step.from,
+                    now,
+                };
+                let ranks = node.policy.served(&mut m.tags, cfg, &s);
+                if m.available > 0 {
+                    place(&mut node.queues, m, ranks, step.item);
+                } else {
+                    for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
+                        if let Some(h) = h.take() {
+                            let _ = q.remove(h);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Change a node's rate limit (`None` removes it) and burst, at run time.
+    pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
+        let node = &mut self.nodes[n as usize];
+        node.gate = match (node.gate, rate) {
+            (Some(mut g), Some(r)) => {
+                g.set_rate(r);
+                g.set_burst(burst);
+                Some(g)
+            }
+            (None, Some(r)) => Some(Gate::new(r, burst)),
+            (_, None) => None,
+        };
+    }
+
+    /// A node's current rate limit.
+    pub fn rate(&self, n: NodeId) -> Option<Rate> {
+        self.nodes[n as usize].gate.map(|g| g.rate())
+    }
+
+    /// Change a child's weight in its parent (or, on a leaf, its flows' weight) at run time.
+    pub fn set_weight(&mut self, n: NodeId, weight: u32) {
+        let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
+        self.member_cfg_mut(n).weight = weight;
+    }
+
+    /// Change a child's reservation (hClock) or guaranteed rate (HTB) at run time.
+    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) {
+        self.member_cfg_mut(n).reservation = rate;
+    }
+
+    fn member_cfg_mut(&mut self, n: NodeId) -> &mut MemberCfg {
+        match self.nodes[n as usize].parent {
+            Some(p) => {
+                let slot = self.nodes[n as usize].slot as usize;
+                &mut self.nodes[p as usize].member_cfg[slot]
+            }
+            None => &mut self.nodes[0].member_cfg[0],
+        }
+    }
+
+    /// Change the pacing rate of the flow `key` in leaf `leaf`; false if no such flow.
+    pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+        let Some(id) = self.flows.find(key, leaf) else {
+            return false;
+        };
+        let burst = self.nodes[leaf as usize].flow_rate.map_or(0, |(_, b)| b);
+        let f = &mut self.flows.flows[id as usize];
+        f.gate = match (f.gate, rate) {
+            (Some(mut g), Some(r)) => {
+                g.set_rate(r);
+                Some(g)
+            }
+            (None, Some(r)) => Some(Gate::new(r, burst)),
+            (_, None) => None,
+        };
+        true
+    }
+
+    /// The flow id of `key` in `leaf`, if present.
+    pub fn flow_id(&self, leaf: NodeId, key: u64) -> Option<FlowId> {
+        self.flows.find(key, leaf)
+    }
+
+    /// The compiled tree as text: each node with its policy, mode, queue(s), rate limit and
+    /// place in its parent; then the classifier and the shaper.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        self.describe_node(0, "", "", &mut out);
+        let name = |l: u16| self.nodes[l as usize].name.as_str();
+        for r in &self.classifier.rules {
+            let conds: Vec<String> = r.all.iter().map(|m| format!("{m}")).collect();
+            let conds = if conds.is_empty() {
+                "any".to_string()
+            } else {
+                conds.join(" and ")
+            };
+            let _ = writeln!(out, "classify: {conds} -> {}", name(r.leaf));
+        }
+        match self.classifier.default {
+            Some(d) => {
+                let _ = writeln!(out, "classify: default -> {}", name(d));
+            }
+            None => out.push_str("classify: default -> reject (no_class)\n"),
+        }
+        let s = &self.shaper_spec;
+        let _ = writeln!(
+            out,
+            "shaper: {} {} slots x {} ns (horizon {:.3} s), beyond horizon: {}; capacity {} packets, {} flows",
+            s.kind,
+            s.buckets,
+            s.granularity,
+            (s.buckets as f64 * s.granularity as f64) / 1e9,
+            if self.beyond_horizon == Overflow::Reject {
+                "reject"
+            } else {
+                "clamp"
+            },
+            self.capacity(),
+            self.flow_capacity(),
+        );
+        out
+    }
+
+    fn describe_node(&self, n: NodeId, lead: &str, child_lead: &str, out: &mut String) {
+        use std::fmt::Write as _;
+        let node = &self.nodes[n as usize];
+        let mode = match node.mode {
+            Mode::PerPacket => "per-packet",
+            Mode::PerMember if node.leaf => "per-flow",
+            Mode::PerMember => "per-child",
+        };
+        let queues: Vec<String> = node
+            .queue_specs
+            .iter()
+            .map(|q| {
+                if q.kind.exact() {
+                    q.kind.to_string()
+                } else {
+                    format!("{}({} x {})", q.kind, q.buckets, q.granularity)
+                }
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "{lead}{} [{} {mode}, queue {}]",
+            node.name,
+            node.policy.name(),
+            queues.join(" + ")
+        );
+        if let Some(p) = node.parent {
+            let m = &self.nodes[p as usize].member_cfg[node.slot as usize];
+            let _ = write!(out, " weight {}", m.weight);
+            if let Some(pr) = m.priority {
+                let _ = write!(out, " priority {pr}");
+            }
+            if let Some(r) = m.reservation {
+                let _ = write!(out, " reservation {r}");
+            }
+        }
+        if let Some(g) = node.gate {
+            let _ = write!(out, " rate {} burst {}B", g.rate(), g.burst());
+        }
+        if node.leaf {
+            let f = &node.member_cfg[0];
+            if let Some((r, b)) = node.flow_rate {
+                let _ = write!(out, " flow_rate {r} burst {b}B");
+            }
+            if f.reservation.is_some() || f.weight != 1 {
+                let _ = write!(out, " flows: weight {}", f.weight);
+                if let Some(r) = f.reservation {
+                    let _ = write!(out, " reservation {r}");
+                }
+            }
+        }
+        out.push('\n');
+        for (i, &c) in node.children.iter().enumerate() {
+            let last = i + 1 == node.children.len();
+            let (l, cl) = if last {
+                ("└─ ", "   ")
+            } else {
+                ("├─ ", "│  ")
+            };
+            self.describe_node(
+                c,
+                &format!("{child_lead}{l}"),
+                &format!("{child_lead}{cl}"),
+                out,
+            );
+        }
+    }
+
+    /// Verify the invariant of the module note; for tests. O(everything).
+    pub fn check(&self) {
+        let mut available = vec![0u64; self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            available[i] = match node.mode {
+                Mode::PerPacket => node.queues[0].len() as u64,
+                Mode::PerMember if node.leaf => self
+                    .flows
+                    .flows
+                    .iter()
+                    .filter(|f| f.leaf as usize == i)
+                    .map(|f| u64::from(f.member.available))
+                    .sum(),
+                Mode::PerMember => node.members.iter().map(|m| u64::from(m.available)).sum(),
+            };
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.leaf || node.mode == Mode::PerMember {
+                continue;
+            }
+            // Per-packet internal node: entries per child must be counted by the child's
+            // available packets minus those parked at the child's gate (not yet given).
+            let entries = node.queues[0].len() as u64;
+            assert!(
+                entries <= self.children_available(i, &available),
+                "node {i} holds more entries than its children have"
+            );
+        }
+        assert!(u64::from(self.ready) <= available[0]);
+    }
+
+    fn children_available(&self, i: usize, available: &[u64]) -> u64 {
+        self.nodes[i]
+            .children
+            .iter()
+            .map(|&c| available[c as usize])
+            .sum()
+    }
+}
+
+/// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first
+/// reservation if it is due, else the first share.
+#[inline]
+fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, usize)> {
+    if dual {
+        if let Some(e) = queues[0].peek_min() {
+            if e.rank <= now {
+                return Some((e.item, e.rank, 0));
+            }
+        }
+        let e = queues[1].peek_min()?;
+        return Some((e.item, e.rank, 1));
+    }
+    let e = queues[0].peek_min()?;
+    Some((e.item, e.rank, 0))
+}
+
+/// Put `member` at `ranks` in `queues` (moving it if it is there already).
+#[inline]
+fn place(queues: &mut [AnyQueue<u32>], m: &mut Member, ranks: [Rank; 2], item: u32) {
+    for (i, q) in queues.iter_mut().enumerate() {
+        if let Some(h) = m.handles[i].take() {
+            let _ = q.remove(h);
+        }
+        if ranks[i] != ABSENT {
+            m.handles[i] = q.push(ranks[i], item).ok();
+        }
+    }
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("nodes", &self.nodes.len())
+            .field("packets", &self.packets.len)
+            .field("shaped", &self.shaper.len())
+            .field("ready", &self.ready)
+            .finish()
+    }
+}
