@@ -30,8 +30,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod baseline;
 pub mod builder;
 pub mod classify;
+pub mod config;
 mod flow;
 pub mod gate;
 pub mod oracle;

@@ -1,0 +1,1 @@
+//! Baselines the scheduler is measured against (ports of other schedulers' algorithms).

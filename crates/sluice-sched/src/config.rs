@@ -1,0 +1,1 @@
+//! Policy files: TOML descriptions of a scheduler, compiled to a [`crate::TreeBuilder`].
