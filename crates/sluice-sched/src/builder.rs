@@ -485,6 +485,7 @@ impl TreeBuilder {
                     queues,
                     queue_specs: p.queues,
                     gate: p.gate,
+                    line: Default::default(),
                     member_cfg: p.member_cfg,
                     flow_rate: p.flow_rate,
                     stats: NodeStats::default(),

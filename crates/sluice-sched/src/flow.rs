@@ -10,7 +10,7 @@
 //! Lookups hash (flow key, leaf) with FxHash into a map reserved at construction, so the table
 //! never allocates after it is built.
 
-use crate::gate::Gate;
+use crate::gate::{Gate, GateLine};
 use crate::packet::FlowId;
 use crate::policy::Tags;
 use rustc_hash::FxHashMap;
@@ -40,6 +40,8 @@ pub(crate) struct Flow {
     pub member: Member,
     /// Pacing or limit gate, if its leaf or its packets ask for one.
     pub gate: Option<Gate>,
+    /// Packets waiting at the gate.
+    pub line: GateLine,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
     idle_next: u32,
@@ -101,6 +103,7 @@ impl FlowTable {
             queued: 0,
             member: Member::default(),
             gate: gate(),
+            line: GateLine::default(),
             idle_prev: NIL,
             idle_next: NIL,
         };

@@ -63,9 +63,48 @@ impl Gate {
         (start >> 32) as u64
     }
 
+    /// The release time `stamp` would give, without taking it.
+    pub fn peek(&self, now: u64, len: u32) -> u64 {
+        let mut copy = *self;
+        copy.stamp(now, len)
+    }
+
     /// The earliest time the next packet could be released (ns, rounded down).
     pub fn next_free(&self) -> u64 {
         (self.lts >> 32) as u64
+    }
+}
+
+/// The packets waiting at one gate: at most one of them is in the shaper (its packet in
+/// flight, `waiting`); the others wait in line, in arrival order, and each is stamped only when
+/// the one before it leaves. A gate with a deep backlog at a low rate therefore never asks the
+/// shaper to look further ahead than one packet's time, and spacing is unchanged: a backlogged
+/// gate's next stamp is its last timestamp either way. The line is a linked list through the
+/// scheduler's records (`head`, `tail`: record ids, `u32::MAX` when empty).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateLine {
+    /// First waiting record.
+    pub head: u32,
+    /// Last waiting record.
+    pub tail: u32,
+    /// Whether the gate has a packet in the shaper.
+    pub waiting: bool,
+}
+
+impl Default for GateLine {
+    fn default() -> Self {
+        GateLine {
+            head: u32::MAX,
+            tail: u32::MAX,
+            waiting: false,
+        }
+    }
+}
+
+impl GateLine {
+    /// Nothing in flight and nothing in line: an arriving packet is stamped at once.
+    pub fn is_idle(&self) -> bool {
+        !self.waiting && self.head == u32::MAX
     }
 }
 

@@ -39,6 +39,14 @@ struct OFlow {
     fifo: VecDeque<Meta>,
     member: OMember,
     gate: Option<Gate>,
+    line: Line,
+}
+
+/// A gate's packet in flight (in the shaper) and the packets waiting behind it, in order.
+#[derive(Default)]
+struct Line {
+    in_flight: bool,
+    waiting: VecDeque<Wait>,
 }
 
 struct ONode {
@@ -51,6 +59,7 @@ struct ONode {
     policy: Box<dyn Policy>,
     pifos: Vec<Oracle<u32>>,
     gate: Option<Gate>,
+    line: Line,
     members: Vec<OMember>,
     member_cfg: Vec<MemberCfg>,
     flow_rate: Option<(Rate, u64)>,
@@ -73,6 +82,10 @@ pub struct OracleTree {
     packets: Vec<Meta>,
     waits: Vec<Wait>,
     shaper: Oracle<u32>,
+    /// A release further than this ahead waits only this long (minus one ns).
+    horizon_ns: u64,
+    /// Whether a flow's packet beyond the horizon is rejected.
+    beyond_reject: bool,
     held: usize,
     capacity: usize,
     ready: u32,
@@ -113,6 +126,7 @@ impl OracleTree {
                 policy: p.policy,
                 pifos,
                 gate: p.gate,
+                line: Line::default(),
                 member_cfg: p.member_cfg,
                 flow_rate: p.flow_rate,
             });
@@ -128,6 +142,8 @@ impl OracleTree {
             packets: Vec::new(),
             waits: Vec::new(),
             shaper: Oracle::new(model, usize::MAX),
+            horizon_ns: plan.horizon_ns,
+            beyond_reject: plan.beyond_horizon == sluice_queue::Overflow::Reject,
             held: 0,
             capacity: plan.capacity,
             ready: 0,
@@ -157,7 +173,7 @@ impl OracleTree {
         let id = match self.by_key.get(&(p.flow, leaf)) {
             Some(&id) => id,
             None => {
-                let own = Rate::from_bps(p.fields.pacing_bps).ok();
+                let own = Rate::new(p.fields.pacing_bps);
                 let lr = self.nodes[leaf as usize].flow_rate;
                 let gate = match (own, lr) {
                     (Some(r), l) => Some(Gate::new(r, l.map_or(0, |l| l.1))),
@@ -170,6 +186,7 @@ impl OracleTree {
                     fifo: VecDeque::new(),
                     member: OMember::default(),
                     gate,
+                    line: Line::default(),
                 });
                 self.by_key
                     .insert((p.flow, leaf), (self.flows.len() - 1) as u32);
@@ -178,25 +195,34 @@ impl OracleTree {
         };
         let meta = Meta::new(p, id, now);
         let f = &mut self.flows[id as usize];
-        if let (Some(g), Ok(r)) = (f.gate.as_mut(), Rate::from_bps(p.fields.pacing_bps)) {
+        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::new(p.fields.pacing_bps)) {
             g.set_rate(r);
         }
-        let release = f.gate.as_mut().map_or(now, |g| g.stamp(now, p.len));
+        if self.beyond_reject {
+            if let (Some(g), true) = (f.gate.as_ref(), !f.line.in_flight && f.line.waiting.is_empty()) {
+                let t = g.peek(now, p.len);
+                if t > now && t - now >= self.horizon_ns {
+                    return Err(RejectReason::BeyondHorizon);
+                }
+            }
+        }
         self.held += 1;
         self.packets.push(meta);
         let pkt = (self.packets.len() - 1) as u32;
         if self.nodes[leaf as usize].mode == Mode::PerMember {
             self.flows[id as usize].fifo.push_back(meta);
         }
-        if release > now {
-            self.wait(release, Wait::Flow(pkt));
-        } else {
-            self.enter_leaf(pkt, now);
+        let f = &mut self.flows[id as usize];
+        match arrive_at_gate(f.gate.as_mut(), &mut f.line, p.len, now) {
+            None => self.enter_leaf(pkt, now),
+            Some(None) => f.line.waiting.push_back(Wait::Flow(pkt)),
+            Some(Some(t)) => self.wait(t, now, Wait::Flow(pkt)),
         }
         Ok(())
     }
 
-    fn wait(&mut self, at: u64, w: Wait) {
+    fn wait(&mut self, at: u64, now: u64, w: Wait) {
+        let at = at.min(now.saturating_add(self.horizon_ns - 1));
         self.waits.push(w);
         let _ = self.shaper.push(at, (self.waits.len() - 1) as u32);
     }
@@ -245,12 +271,11 @@ impl OracleTree {
 
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
-            if let Some(g) = self.nodes[n as usize].gate.as_mut() {
-                let t = g.stamp(now, meta.len);
-                if t > now {
-                    self.wait(t, Wait::Node(n, *meta));
-                    return;
-                }
+            let node = &mut self.nodes[n as usize];
+            match arrive_at_gate(node.gate.as_mut(), &mut node.line, meta.len, now) {
+                None => {}
+                Some(None) => return node.line.waiting.push_back(Wait::Node(n, *meta)),
+                Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta)),
             }
             let Some(p) = self.nodes[n as usize].parent else {
                 self.ready += 1;
@@ -262,19 +287,53 @@ impl OracleTree {
         }
     }
 
+    fn pass(&mut self, w: Wait, t: u64) {
+        match w {
+            Wait::Flow(pkt) => self.enter_leaf(pkt, t),
+            Wait::Node(n, meta) => match self.nodes[n as usize].parent {
+                None => self.ready += 1,
+                Some(p) => {
+                    let slot = self.nodes[n as usize].slot;
+                    self.give(p, slot, &meta, t);
+                    self.pass_up(p, &meta, t);
+                }
+            },
+        }
+    }
+
+    fn line_of(&mut self, w: Wait) -> (Option<&mut Gate>, &mut Line) {
+        match w {
+            Wait::Flow(pkt) => {
+                let f = &mut self.flows[self.packets[pkt as usize].flow as usize];
+                (f.gate.as_mut(), &mut f.line)
+            }
+            Wait::Node(n, _) => {
+                let node = &mut self.nodes[n as usize];
+                (node.gate.as_mut(), &mut node.line)
+            }
+        }
+    }
+
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
             let t = e.rank.min(now);
-            match self.waits[e.item as usize] {
-                Wait::Flow(pkt) => self.enter_leaf(pkt, t),
-                Wait::Node(n, meta) => match self.nodes[n as usize].parent {
-                    None => self.ready += 1,
-                    Some(p) => {
-                        let slot = self.nodes[n as usize].slot;
-                        self.give(p, slot, &meta, t);
-                        self.pass_up(p, &meta, t);
-                    }
-                },
+            let w = self.waits[e.item as usize];
+            self.line_of(w).1.in_flight = false;
+            self.pass(w, t);
+            // Stamp those waiting in line, in order, until one has to wait.
+            while let Some(next) = self.line_of(w).1.waiting.pop_front() {
+                let len = match next {
+                    Wait::Flow(pkt) => self.packets[pkt as usize].len,
+                    Wait::Node(_, meta) => meta.len,
+                };
+                let (gate, line) = self.line_of(w);
+                let at = gate.map_or(t, |g| g.stamp(t, len));
+                if at > t {
+                    line.in_flight = true;
+                    self.wait(at, t, next);
+                    break;
+                }
+                self.pass(next, t);
             }
         }
     }
@@ -380,6 +439,21 @@ impl OracleTree {
     pub fn model(&self, n: NodeId) -> KeyModel {
         self.nodes[n as usize].pifos[0].model()
     }
+}
+
+/// A packet reaches a gate: `None` passes, `Some(None)` waits in line, `Some(Some(t))` goes
+/// to the shaper until `t` as the gate's packet in flight.
+fn arrive_at_gate(gate: Option<&mut Gate>, line: &mut Line, len: u32, now: u64) -> Option<Option<u64>> {
+    let gate = gate?;
+    if line.in_flight || !line.waiting.is_empty() {
+        return Some(None);
+    }
+    let t = gate.stamp(now, len);
+    if t <= now {
+        return None;
+    }
+    line.in_flight = true;
+    Some(Some(t))
 }
 
 fn put(pifos: &mut [Oracle<u32>], m: &mut OMember, ranks: [Rank; 2], item: u32) {

@@ -31,7 +31,7 @@
 
 use crate::classify::Classifier;
 use crate::flow::{FlowTable, Member, NIL};
-use crate::gate::Gate;
+use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
 use crate::units::Rate;
@@ -152,13 +152,37 @@ impl SchedStats {
     }
 }
 
-/// A record waiting in the shaper.
+/// A packet waiting at a gate (in the gate's line, or in the shaper as its packet in flight).
 #[derive(Clone, Copy, Debug)]
 enum Pending {
     /// A packet waiting for its flow's gate, then its leaf.
     Flow { pkt: u32 },
     /// A packet that passed `node` waiting for `node`'s gate, then the parent.
     Node { node: NodeId, meta: Meta },
+}
+
+/// A waiting record and the next one in its gate's line.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    rec: Pending,
+    next: u32,
+}
+
+/// Whose gate.
+#[derive(Clone, Copy, Debug)]
+enum Holder {
+    Flow(FlowId),
+    Node(NodeId),
+}
+
+/// What a gate does with an arriving packet.
+enum Verdict {
+    /// Through at once.
+    Pass,
+    /// Behind the gate's line.
+    Hold,
+    /// Into the shaper until this time, as the gate's packet in flight.
+    Park(u64),
 }
 
 /// A fixed-capacity slab with a free stack (packets and shaper records).
@@ -237,6 +261,8 @@ pub(crate) struct Node {
     pub queue_specs: Vec<QueueSpec>,
     /// This node's rate limit.
     pub gate: Option<Gate>,
+    /// Packets waiting at the gate.
+    pub line: GateLine,
     /// Internal nodes: each child's place in this node.
     pub members: Vec<Member>,
     /// Internal nodes: each child's configuration; leaves: the one configuration of its flows.
@@ -252,7 +278,7 @@ pub struct Scheduler {
     pub(crate) classifier: Classifier,
     flows: FlowTable,
     packets: Slab<Rec>,
-    pending: Slab<Pending>,
+    pending: Slab<Held>,
     shaper: AnyQueue<u32>,
     shaper_spec: QueueSpec,
     horizon_ns: u64,
@@ -383,7 +409,7 @@ impl Scheduler {
         let leaf_rate = self.nodes[leaf as usize].flow_rate;
         let pacing = p.fields.pacing_bps;
         let Some(flow) = self.flows.get_or_insert(p.flow, leaf, || {
-            let own = Rate::from_bps(pacing).ok();
+            let own = Rate::new(pacing);
             match (own, leaf_rate) {
                 (Some(r), leaf) => Some(Gate::new(r, leaf.map_or(0, |l| l.1))),
                 (None, Some((r, burst))) => Some(Gate::new(r, burst)),
@@ -395,25 +421,21 @@ impl Scheduler {
         let meta = Meta::new(p, flow, now);
         let f = &mut self.flows.flows[flow as usize];
         // The packet's own pacing rate (Carousel: set by the transport) updates the gate.
-        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::from_bps(pacing).ok()) {
+        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::new(pacing)) {
             g.set_rate(r);
         }
-        let release = match f.gate.as_mut() {
-            Some(g) => {
-                let before = *g;
-                let t = g.stamp(now, p.len);
-                if t > now && t - now >= self.horizon_ns && self.beyond_horizon == Overflow::Reject
-                {
-                    *g = before;
+        // A hard limit turns away a packet that would wait beyond the shaper's horizon.
+        if self.beyond_horizon == Overflow::Reject {
+            if let (Some(g), true) = (f.gate.as_ref(), f.line.is_idle()) {
+                let t = g.peek(now, p.len);
+                if t > now && t - now >= self.horizon_ns {
                     if f.queued == 0 {
                         self.flows.emptied(flow);
                     }
                     return self.reject(RejectReason::BeyondHorizon, p.token);
                 }
-                t
             }
-            None => now,
-        };
+        }
         let pkt = self.packets.insert(Rec { meta, next: NIL });
         let f = &mut self.flows.flows[flow as usize];
         f.queued += 1;
@@ -427,15 +449,59 @@ impl Scheduler {
         }
         self.nodes[leaf as usize].stats.enqueued += 1;
         self.stats.enqueued += 1;
-        if release > now {
-            self.park(release, now, Pending::Flow { pkt });
-        } else {
-            self.enter_leaf(pkt, now);
+        match self.at_gate(Holder::Flow(flow), p.len, now) {
+            Verdict::Pass => self.enter_leaf(pkt, now),
+            Verdict::Hold => self.hold(Holder::Flow(flow), Pending::Flow { pkt }),
+            Verdict::Park(t) => self.park(t, now, Pending::Flow { pkt }),
         }
         Ok(())
     }
 
-    /// Put a record in the shaper until `at`.
+    /// The gate of `holder` (if any) and its line.
+    fn gate_of(&mut self, holder: Holder) -> (Option<&mut Gate>, &mut GateLine) {
+        match holder {
+            Holder::Flow(f) => {
+                let f = &mut self.flows.flows[f as usize];
+                (f.gate.as_mut(), &mut f.line)
+            }
+            Holder::Node(n) => {
+                let n = &mut self.nodes[n as usize];
+                (n.gate.as_mut(), &mut n.line)
+            }
+        }
+    }
+
+    /// A packet of `len` bytes reached `holder`'s gate at `now`: does it pass, wait behind the
+    /// gate's line, or wait in the shaper (then it is the line's one packet in flight)?
+    fn at_gate(&mut self, holder: Holder, len: u32, now: u64) -> Verdict {
+        let (gate, line) = self.gate_of(holder);
+        let Some(gate) = gate else {
+            return Verdict::Pass;
+        };
+        if !line.is_idle() {
+            return Verdict::Hold;
+        }
+        let t = gate.stamp(now, len);
+        if t <= now {
+            return Verdict::Pass;
+        }
+        line.waiting = true;
+        Verdict::Park(t)
+    }
+
+    /// Append a record to the end of `holder`'s line.
+    fn hold(&mut self, holder: Holder, rec: Pending) {
+        let id = self.pending.insert(Held { rec, next: NIL });
+        let tail = self.gate_of(holder).1.tail;
+        if tail == NIL {
+            self.gate_of(holder).1.head = id;
+        } else {
+            self.pending.items[tail as usize].next = id;
+        }
+        self.gate_of(holder).1.tail = id;
+    }
+
+    /// Put a record in the shaper until `at` (its gate's one packet in flight).
     fn park(&mut self, at: u64, now: u64, rec: Pending) {
         let at = if at - now >= self.horizon_ns {
             self.stats.clamped += 1;
@@ -443,14 +509,14 @@ impl Scheduler {
         } else {
             at
         };
-        let id = self.pending.insert(rec);
+        let id = self.pending.insert(Held { rec, next: NIL });
         if let Err(e) = self.shaper.push(at, id) {
             // The shaper holds at most one record per packet and was sized for all of them,
             // and `at` was clamped into its horizon: neither error can happen.
             debug_assert!(false, "shaper refused a record: {e:?}");
             let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
-            let rec = self.pending.release(item);
-            self.unpark(rec, now);
+            let held = self.pending.release(item);
+            self.unpark(held.rec, now);
         }
     }
 
@@ -472,15 +538,9 @@ impl Scheduler {
         let node = &mut self.nodes[n as usize];
         node.stats.arrived += 1;
         let (tags, cfg) = if node.leaf {
-            (
-                &mut self.flows.flows[meta.flow as usize].member,
-                &node.member_cfg[0],
-            )
+            (&mut self.flows.flows[meta.flow as usize].member, &node.member_cfg[0])
         } else {
-            (
-                &mut node.members[item as usize],
-                &node.member_cfg[item as usize],
-            )
+            (&mut node.members[item as usize], &node.member_cfg[item as usize])
         };
         match node.mode {
             Mode::PerPacket => {
@@ -492,8 +552,7 @@ impl Scheduler {
                 let ranks = if tags.available == 1 {
                     Some(node.policy.activate(&mut tags.tags, cfg, meta, now))
                 } else {
-                    node.policy
-                        .arrived(&mut tags.tags, cfg, meta, tags.available, now)
+                    node.policy.arrived(&mut tags.tags, cfg, meta, tags.available, now)
                 };
                 if let Some(ranks) = ranks {
                     place(&mut node.queues, tags, ranks, item);
@@ -505,19 +564,16 @@ impl Scheduler {
     /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
-            if let Some(gate) = self.nodes[n as usize].gate.as_mut() {
-                let t = gate.stamp(now, meta.len);
-                if t > now {
+            let rec = Pending::Node { node: n, meta: *meta };
+            match self.at_gate(Holder::Node(n), meta.len, now) {
+                Verdict::Pass => {}
+                Verdict::Hold => {
                     self.nodes[n as usize].stats.shaped += 1;
-                    self.park(
-                        t,
-                        now,
-                        Pending::Node {
-                            node: n,
-                            meta: *meta,
-                        },
-                    );
-                    return;
+                    return self.hold(Holder::Node(n), rec);
+                }
+                Verdict::Park(t) => {
+                    self.nodes[n as usize].stats.shaped += 1;
+                    return self.park(t, now, rec);
                 }
             }
             match self.nodes[n as usize].parent {
@@ -534,8 +590,8 @@ impl Scheduler {
         }
     }
 
-    /// A shaper record is due at `now`: continue its packet's way up.
-    fn unpark(&mut self, rec: Pending, now: u64) {
+    /// Let a record through its gate at `now` and continue its packet's way up.
+    fn pass(&mut self, rec: Pending, now: u64) {
         match rec {
             Pending::Flow { pkt } => self.enter_leaf(pkt, now),
             Pending::Node { node, meta } => match self.nodes[node as usize].parent {
@@ -549,12 +605,49 @@ impl Scheduler {
         }
     }
 
+    /// A gate's packet in flight is due at `now`: let it through, then stamp the packets waiting
+    /// in the gate's line, letting through those already due, until one must wait.
+    fn unpark(&mut self, rec: Pending, now: u64) {
+        let holder = match rec {
+            Pending::Flow { pkt } => Holder::Flow(self.packets.items[pkt as usize].meta.flow),
+            Pending::Node { node, .. } => Holder::Node(node),
+        };
+        self.gate_of(holder).1.waiting = false;
+        self.pass(rec, now);
+        loop {
+            let head = self.gate_of(holder).1.head;
+            if head == NIL {
+                return;
+            }
+            let held = self.pending.release(head);
+            {
+                let line = self.gate_of(holder).1;
+                line.head = held.next;
+                if held.next == NIL {
+                    line.tail = NIL;
+                }
+            }
+            let len = match held.rec {
+                Pending::Flow { pkt } => self.packets.items[pkt as usize].meta.len,
+                Pending::Node { meta, .. } => meta.len,
+            };
+            let (gate, line) = self.gate_of(holder);
+            let t = gate.map_or(now, |g| g.stamp(now, len));
+            if t > now {
+                line.waiting = true;
+                self.park(t, now, held.rec);
+                return;
+            }
+            self.pass(held.rec, now);
+        }
+    }
+
     /// Release every shaper record due at `now`.
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
-            let rec = self.pending.release(e.item);
+            let held = self.pending.release(e.item);
             // Continue from the time it was due, so chained gates keep exact spacing.
-            self.unpark(rec, e.rank.min(now));
+            self.unpark(held.rec, e.rank.min(now));
         }
     }
 

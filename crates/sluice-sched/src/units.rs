@@ -40,6 +40,12 @@ pub enum UnitError {
 }
 
 impl Rate {
+    /// A rate of `bps` bits per second, if `1 <= bps < 2^63` (no allocation: for hot paths).
+    #[inline]
+    pub fn new(bps: u64) -> Option<Rate> {
+        (bps != 0 && bps <= MAX_RATE_BPS).then_some(Rate(bps))
+    }
+
     /// A rate of `bps` bits per second; errors for 0 and for 2^63 or more.
     pub fn from_bps(bps: u64) -> Result<Rate, UnitError> {
         if bps == 0 {

@@ -41,12 +41,18 @@ impl Rls {
         Self::ranks(tags, cfg)
     }
 
-    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta, reservation_too: bool) {
+    /// Charge a member for `sent`: its share tags always; its reservation tag if
+    /// `reservation_too`; and the share queue's virtual time only if the share queue served it
+    /// (`from` = 1): SFQ's virtual time is the start tag of what the *share* phase serves, and
+    /// letting reservation service move it would reset everyone's tags to the reserved member's.
+    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta, reservation_too: bool, from: usize) {
         if let (Some(res), true) = (cfg.reservation, reservation_too) {
             tags.a += res.tx_time_ns(u64::from(sent.len));
         }
         tags.c = tags.b + vt(sent.len, cfg.weight);
-        self.v = self.v.max(tags.b);
+        if from == 1 {
+            self.v = self.v.max(tags.b);
+        }
     }
 
     fn shape(cx: &ShapeCx, which: usize) -> RankShape {
@@ -90,7 +96,7 @@ impl Policy for HClock {
         self.0.activate(tags, cfg, now)
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s.sent, s.from == 0);
+        self.0.charge(tags, cfg, s.sent, s.from == 0, s.from);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
@@ -120,7 +126,7 @@ impl Policy for Htb {
         self.0.activate(tags, cfg, now)
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s.sent, true);
+        self.0.charge(tags, cfg, s.sent, true, s.from);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }

@@ -1,0 +1,566 @@
+//! What each policy promises, checked on simulated traffic over simulated time:
+//! fair shares, rate limits sampled every 100 ms (Carousel's metric), bursts after idle,
+//! pFabric's least-remaining-first, hClock's reservations, order within a flow, rejections.
+
+use sluice_sched::classify::Match;
+use sluice_sched::{
+    Fields, NodeId, NodeSpec, Packet, PolicyKind, Rate, RejectReason, SchedConfig, Scheduler,
+    ShaperConfig, TreeBuilder,
+};
+use std::collections::HashMap;
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+fn cfg(capacity: usize) -> SchedConfig {
+    SchedConfig { capacity, flows: 10_000, max_packet: 9000, ..SchedConfig::default() }
+}
+
+fn packet(token: u64, class: u32, flow: u64, len: u32) -> Packet {
+    Packet { token, len, flow, class: Some(class), ..Packet::default() }
+}
+
+/// A host that keeps every class backlogged (`depth` packets per flow in the scheduler) and
+/// sends at `link` (None: as fast as the scheduler releases), from `start` until `end`.
+/// Returns the departures as (time, token, len, flow, class).
+struct Host {
+    next_token: u64,
+    class_of: HashMap<u64, u32>,
+    len_of: HashMap<u64, u32>,
+    fields_of: HashMap<u64, Fields>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Departure {
+    at: u64,
+    token: u64,
+    len: u32,
+    flow: u64,
+    class: u32,
+}
+
+impl Host {
+    fn new() -> Self {
+        Host { next_token: 0, class_of: HashMap::new(), len_of: HashMap::new(), fields_of: HashMap::new() }
+    }
+
+    fn send(&mut self, s: &mut Scheduler, now: u64, class: u32, flow: u64, len: u32) {
+        let mut p = packet(self.next_token, class, flow, len);
+        p.fields = self.fields_of.get(&flow).copied().unwrap_or_default();
+        self.next_token += 1;
+        s.enqueue(now, &p).expect("accepted");
+        self.class_of.insert(flow, class);
+        self.len_of.insert(flow, len);
+    }
+
+    /// Run closed-loop: every flow in `flows` (flow, class, len) keeps `depth` packets queued.
+    fn run(&mut self, s: &mut Scheduler, flows: &[(u64, u32, u32)], depth: usize, link: Option<Rate>, start: u64, end: u64) -> Vec<Departure> {
+        for &(f, c, l) in flows {
+            for _ in 0..depth {
+                self.send(s, start, c, f, l);
+            }
+        }
+        let mut out = Vec::new();
+        let mut now = start;
+        while now < end {
+            match s.dequeue(now) {
+                Some(d) => {
+                    let class = self.class_of[&d.flow];
+                    out.push(Departure { at: now, token: d.token, len: d.len, flow: d.flow, class });
+                    if let Some(l) = link {
+                        now += l.tx_time_ns(u64::from(d.len));
+                    }
+                    let len = self.len_of[&d.flow];
+                    self.send(s, now, class, d.flow, len);
+                }
+                None => match s.next_event(now) {
+                    Some(t) if t > now => now = t,
+                    Some(_) => now += 1,
+                    None => break,
+                },
+            }
+        }
+        out
+    }
+}
+
+fn bytes_by<K: std::hash::Hash + Eq>(deps: &[Departure], key: impl Fn(&Departure) -> K) -> HashMap<K, u64> {
+    let mut m = HashMap::new();
+    for d in deps {
+        *m.entry(key(d)).or_insert(0) += u64::from(d.len);
+    }
+    m
+}
+
+#[test]
+fn wfq_shares_are_within_one_percent_over_long_runs() {
+    // Internal WFQ (per-packet tags) over four weighted classes of mixed packet sizes.
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
+    let weights = [1u32, 2, 3, 4];
+    for (i, &w) in weights.iter().enumerate() {
+        let leaf = b.child(root, NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo).weight(w));
+        b.rule(vec![Match::Class(i as u32)], leaf);
+    }
+    let mut s = b.build().unwrap();
+    let flows: Vec<(u64, u32, u32)> = (0..4).map(|i| (i as u64, i as u32, [1500, 64, 900, 1200][i])).collect();
+    let deps = Host::new().run(&mut s, &flows, 4, Some(Rate::gbit(10)), S, S + 200 * MS);
+    let bytes = bytes_by(&deps, |d| d.class);
+    let total: u64 = bytes.values().sum();
+    for (i, &w) in weights.iter().enumerate() {
+        let share = bytes[&(i as u32)] as f64 / total as f64;
+        let want = f64::from(w) / 10.0;
+        assert!((share - want).abs() / want < 0.01, "class {i}: share {share:.4}, want {want:.4}");
+    }
+}
+
+#[test]
+fn per_flow_wfq_and_drr_and_fq_share_equally() {
+    for policy in [PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::Fq] {
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let leaf = b.root(NodeSpec::new("leaf", policy));
+        b.default_leaf(leaf);
+        let mut s = b.build().unwrap();
+        let flows: Vec<(u64, u32, u32)> = (0..20).map(|f| (f, 0, [1500, 100, 700, 1448][f as usize % 4])).collect();
+        let deps = Host::new().run(&mut s, &flows, 3, Some(Rate::gbit(10)), S, S + 100 * MS);
+        let bytes = bytes_by(&deps, |d| d.flow);
+        let mean = bytes.values().sum::<u64>() as f64 / 20.0;
+        for (f, b) in &bytes {
+            assert!((*b as f64 - mean).abs() / mean < 0.01, "{policy}: flow {f} got {b}, mean {mean}");
+        }
+    }
+}
+
+#[test]
+fn drr_quanta_set_the_shares() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Drr));
+    for (i, q) in [1500u32, 4500].iter().enumerate() {
+        let mut spec = NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo);
+        spec.member.quantum = *q;
+        let leaf = b.child(root, spec);
+        b.rule(vec![Match::Class(i as u32)], leaf);
+    }
+    let mut s = b.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(10)), S, S + 100 * MS);
+    let bytes = bytes_by(&deps, |d| d.class);
+    let ratio = bytes[&1] as f64 / bytes[&0] as f64;
+    assert!((ratio - 3.0).abs() < 0.03, "ratio {ratio}");
+}
+
+/// Achieved rate per 100 ms window (Carousel's conformance metric), skipping the first window.
+fn windows(deps: &[Departure], start: u64, end: u64) -> Vec<f64> {
+    let w = 100 * MS;
+    let mut bins = vec![0u64; ((end - start) / w) as usize];
+    for d in deps {
+        if let Some(b) = bins.get_mut(((d.at - start) / w) as usize) {
+            *b += u64::from(d.len);
+        }
+    }
+    bins.iter().skip(1).map(|&b| b as f64 * 8.0 / 0.1).collect()
+}
+
+#[test]
+fn a_rate_limit_holds_within_one_percent_per_100ms_at_10m_1g_40g() {
+    for (rate, len, secs) in [(Rate::mbit(10), 1500, 3), (Rate::gbit(1), 1500, 1), (Rate::gbit(40), 9000, 1)] {
+        // The limit sits on an internal node above a per-flow leaf, so packets pass the leaf,
+        // wait in the shaper, and continue to the root.
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+        let limited = b.child(root, NodeSpec::new("limited", PolicyKind::Wfq).rate(rate, 0));
+        let leaf = b.child(limited, NodeSpec::new("flows", PolicyKind::Fq));
+        b.default_leaf(leaf);
+        let mut s = b.build().unwrap();
+        let flows: Vec<(u64, u32, u32)> = (0..8).map(|f| (f, 0, len)).collect();
+        let end = S + secs * S + 100 * MS;
+        let deps = Host::new().run(&mut s, &flows, 2, None, S, end);
+        let w = windows(&deps, S, end);
+        assert!(w.len() >= 10, "{} windows", w.len());
+        for r in &w {
+            let err = (r - rate.bps() as f64).abs() / rate.bps() as f64;
+            assert!(err < 0.01, "{rate}: window at {r:.0} bit/s, error {:.3}%", err * 100.0);
+        }
+    }
+}
+
+#[test]
+fn flow_pacing_holds_each_flows_rate() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let mut leaf = NodeSpec::new("paced", PolicyKind::Fq);
+    leaf.flow_rate = Some(Rate::mbit(50));
+    let leaf = b.root(leaf);
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    let mut host = Host::new();
+    // Flow 3 asks for its own pacing rate (Carousel: the transport's 2 cwnd / RTT).
+    host.fields_of.insert(3, Fields { pacing_bps: 20_000_000, ..Fields::default() });
+    let flows: Vec<(u64, u32, u32)> = (0..4).map(|f| (f, 0, 1500)).collect();
+    let end = S + S + 100 * MS;
+    let deps = host.run(&mut s, &flows, 2, None, S, end);
+    for f in 0..4u64 {
+        let mine: Vec<Departure> = deps.iter().copied().filter(|d| d.flow == f).collect();
+        let want = if f == 3 { 20e6 } else { 50e6 };
+        for r in windows(&mine, S, end) {
+            assert!((r - want).abs() / want < 0.01, "flow {f}: {r:.0} bit/s, want {want}");
+        }
+    }
+}
+
+#[test]
+fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
+    for (rate, burst) in [(Rate::from_bps(64_000).unwrap(), 0u64), (Rate::mbit(10), 15_000), (Rate::gbit(1), 64_000)] {
+        let mut b = TreeBuilder::new(SchedConfig {
+            shaper: ShaperConfig { slot_ns: 1024, slots: 1 << 22, ..ShaperConfig::default() },
+            ..cfg(10_000)
+        });
+        let root = b.root(NodeSpec::new("root", PolicyKind::Fifo).rate(rate, burst));
+        b.default_leaf(root);
+        let mut s = b.build().unwrap();
+        // Some traffic, a long idle period, then a large train all at once.
+        let mut now = S;
+        for t in 0..3 {
+            s.enqueue(now, &packet(t, 0, 1, 1000)).unwrap();
+        }
+        while let Some(t) = s.next_event(now) {
+            now = now.max(t);
+            s.dequeue(now);
+        }
+        let t0 = now + 100 * S;
+        for t in 0..200 {
+            s.enqueue(t0, &packet(100 + t, 0, 1, 1000)).unwrap();
+        }
+        let mut sent = Vec::new();
+        let mut now = t0;
+        while sent.len() < 200 {
+            match s.dequeue(now) {
+                Some(d) => sent.push((now, u64::from(d.len))),
+                None => now = s.next_event(now).unwrap().max(now + 1),
+            }
+        }
+        // In any window of length w after t0: at most burst + one packet + rate * w bytes
+        // (plus one shaper slot of rounding).
+        let slot = 1024;
+        for i in 0..sent.len() {
+            let mut bytes = 0;
+            for &(at, len) in &sent[i..] {
+                bytes += len;
+                let w = at - sent[i].0 + slot;
+                let allowed = burst + 1000 + rate.bytes_in(w);
+                assert!(bytes <= allowed, "{rate}: {bytes} B within {w} ns, allowed {allowed}");
+            }
+        }
+        // And right at t0, no more than the burst (plus the packet that crosses it).
+        let at_once: u64 = sent.iter().filter(|(at, _)| *at == t0).map(|(_, l)| l).sum();
+        assert!(at_once <= burst + 1000, "{rate}: {at_once} B at once after idle");
+    }
+}
+
+#[test]
+fn pfabric_always_serves_the_flow_with_the_least_remaining_size() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let leaf = b.root(NodeSpec::new("pfabric", PolicyKind::Pfabric));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    let mut rng = sluice_queue::workload::Rng::new(42);
+    let mut remaining: HashMap<u64, u64> = HashMap::new();
+    // Queued packets per flow: their remaining sizes, in order.
+    let mut queued: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut token = 0;
+    for step in 0..20_000 {
+        if rng.next_u64() % 3 != 0 || s.is_empty() {
+            let f = rng.next_u64() % 50;
+            let rem = remaining.entry(f).or_insert_with(|| 1500 + rng.next_u64() % 10_000_000);
+            let len = 1500u32;
+            let mut p = packet(token, 0, f, len);
+            p.fields.remaining = *rem;
+            token += 1;
+            s.enqueue(0, &p).unwrap();
+            queued.entry(f).or_default().push(*rem);
+            *rem = rem.saturating_sub(u64::from(len));
+            if *rem == 0 {
+                remaining.remove(&f);
+            }
+        } else {
+            let d = s.dequeue(0).unwrap();
+            let mine = *queued[&d.flow].iter().min().unwrap();
+            // Ranks keep 10 bits of mantissa: flows within 0.1% of each other may tie.
+            for (g, other) in &queued {
+                if let Some(&m) = other.iter().min() {
+                    assert!(mine as f64 <= m as f64 * 1.001, "step {step}: served flow {} ({mine}) over flow {g} ({m})", d.flow);
+                }
+            }
+            let q = queued.get_mut(&d.flow).unwrap();
+            q.remove(0);
+            if q.is_empty() {
+                queued.remove(&d.flow);
+            }
+        }
+    }
+}
+
+#[test]
+fn hclock_meets_reservations_and_shares_the_rest_by_weight() {
+    // Three VMs on a 1 Gbit/s link: A reserves 300 Mbit/s with weight 1; B and C reserve
+    // nothing, weights 1 and 3. hClock (like mClock) gives each at least its reservation and
+    // divides the rest by weight: A's weighted share (200) is below its reservation, so A gets
+    // exactly 300 and B and C split the other 700 at 1:3.
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::HClock));
+    let specs = [("a", 1u32, Some(Rate::mbit(300))), ("b", 1, None), ("c", 3, None)];
+    for (i, (name, w, r)) in specs.iter().enumerate() {
+        let mut spec = NodeSpec::new(name, PolicyKind::Fifo).weight(*w);
+        spec.member.reservation = *r;
+        let leaf = b.child(root, spec);
+        b.rule(vec![Match::Class(i as u32)], leaf);
+    }
+    let mut s = b.build().unwrap();
+    let flows: Vec<(u64, u32, u32)> = (0..3).map(|i| (i, i as u32, 1500)).collect();
+    let deps = Host::new().run(&mut s, &flows, 4, Some(Rate::gbit(1)), S, S + S);
+    let bytes = bytes_by(&deps, |d| d.class);
+    let mbit = |c: u32| bytes[&c] as f64 * 8.0 / 1e6;
+    assert!((mbit(0) - 300.0).abs() < 3.0, "A at its reservation: {:.1} Mbit/s", mbit(0));
+    assert!((mbit(1) - 175.0).abs() < 3.0, "B {:.1}", mbit(1));
+    assert!((mbit(2) - 525.0).abs() < 5.0, "C {:.1}", mbit(2));
+    // With a weight above its reservation's worth, A gets its weighted share instead.
+    let mut b2 = TreeBuilder::new(cfg(10_000));
+    let root = b2.root(NodeSpec::new("root", PolicyKind::HClock));
+    let a = b2.child(root, NodeSpec::new("a", PolicyKind::Fifo).weight(3).reservation(Rate::mbit(100)));
+    let c = b2.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(1));
+    b2.rule(vec![Match::Class(0)], a);
+    b2.rule(vec![Match::Class(1)], c);
+    let mut s = b2.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(1)), S, S + S);
+    let bytes = bytes_by(&deps, |d| d.class);
+    let a_mbit = bytes[&0] as f64 * 8.0 / 1e6;
+    assert!((a_mbit - 750.0).abs() < 8.0, "A by weight: {a_mbit:.1}");
+}
+
+#[test]
+fn htb_guarantees_rates_and_lends_up_to_ceilings() {
+    // 1 Gbit/s link. Gold: rate 600M, ceil 1G. Bronze: rate 100M, ceil 250M. Both greedy:
+    // bronze gets its 100 plus borrowing up to its 250 ceiling; gold the rest (750).
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Htb));
+    let gold = b.child(root, NodeSpec::new("gold", PolicyKind::Fifo).reservation(Rate::mbit(600)).rate(Rate::gbit(1), 15_000));
+    let bronze = b.child(root, NodeSpec::new("bronze", PolicyKind::Fifo).reservation(Rate::mbit(100)).rate(Rate::mbit(250), 15_000));
+    b.rule(vec![Match::Class(0)], gold);
+    b.rule(vec![Match::Class(1)], bronze);
+    let mut s = b.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 8, Some(Rate::gbit(1)), S, S + S);
+    let bytes = bytes_by(&deps, |d| d.class);
+    let mbit = |c: u32| bytes[&c] as f64 * 8.0 / 1e6;
+    assert!((mbit(1) - 250.0).abs() < 5.0, "bronze at its ceiling: {:.1}", mbit(1));
+    assert!((mbit(0) - 750.0).abs() < 10.0, "gold takes the rest: {:.1}", mbit(0));
+    // Bronze alone: capped at its ceiling, not the link.
+    let mut s2 = b.build().unwrap();
+    let deps = Host::new().run(&mut s2, &[(1, 1, 1500)], 8, Some(Rate::gbit(1)), S, S + S);
+    let alone = bytes_by(&deps, |d| d.class)[&1] as f64 * 8.0 / 1e6;
+    assert!((alone - 250.0).abs() < 5.0, "bronze alone: {alone:.1}");
+}
+
+#[test]
+fn strict_priority_serves_high_before_low() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Prio));
+    let hi = b.child(root, NodeSpec::new("hi", PolicyKind::Fifo).priority(0));
+    let lo = b.child(root, NodeSpec::new("lo", PolicyKind::Fifo).priority(7));
+    b.rule(vec![Match::Class(0)], hi);
+    b.rule(vec![Match::Class(1)], lo);
+    let mut s = b.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(1)), S, S + 10 * MS);
+    assert!(deps.iter().all(|d| d.class == 0), "low priority never served while high is backlogged");
+}
+
+#[test]
+fn lqf_serves_the_longest_queue() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let leaf = b.root(NodeSpec::new("lqf", PolicyKind::Lqf));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    let mut t = 0;
+    for (flow, n) in [(1u64, 3), (2, 7), (3, 5)] {
+        for _ in 0..n {
+            s.enqueue(0, &packet(t, 0, flow, 100)).unwrap();
+            t += 1;
+        }
+    }
+    let flows: Vec<u64> = std::iter::from_fn(|| s.dequeue(0).map(|d| d.flow)).collect();
+    // Flow 2 until it ties with flow 3 at 5, then they alternate by who reached the length first.
+    assert_eq!(&flows[..2], &[2, 2]);
+    let mut left = HashMap::from([(1u64, 3i32), (2, 7), (3, 5)]);
+    for f in flows {
+        let longest = *left.values().max().unwrap();
+        assert_eq!(left[&f], longest, "served a shorter queue");
+        *left.get_mut(&f).unwrap() -= 1;
+    }
+}
+
+#[test]
+fn edf_and_lstf_order_by_deadline_and_slack() {
+    for policy in [PolicyKind::Edf, PolicyKind::Lstf] {
+        let mut b = TreeBuilder::new(cfg(1000));
+        let leaf = b.root(NodeSpec::new("leaf", policy));
+        b.default_leaf(leaf);
+        let mut s = b.build().unwrap();
+        let times = [50u64, 10, 30, 20, 40];
+        for (i, &t) in times.iter().enumerate() {
+            let mut p = packet(i as u64, 0, i as u64, 100);
+            p.fields.deadline = S + t * MS;
+            p.fields.slack = t * MS;
+            s.enqueue(S, &p).unwrap();
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(S).map(|d| d.token)).collect();
+        assert_eq!(order, vec![1, 3, 2, 4, 0], "{policy}");
+    }
+}
+
+#[test]
+fn no_reordering_within_a_flow() {
+    // Every policy that keeps flows in order, under a WFQ root with a rate-limited class.
+    for policy in [PolicyKind::Fifo, PolicyKind::Prio, PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::Fq, PolicyKind::Pfabric, PolicyKind::Lqf, PolicyKind::HClock] {
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
+        let a = b.child(root, NodeSpec::new("a", policy).rate(Rate::mbit(500), 3000));
+        let c = b.child(root, NodeSpec::new("c", policy).weight(2));
+        b.rule(vec![Match::Class(0)], a);
+        b.default_leaf(c);
+        let mut s = b.build().unwrap();
+        let mut host = Host::new();
+        for f in 0..10u64 {
+            host.fields_of.insert(f, Fields { remaining: 1_000_000 - f, priority: (f % 3) as u8, ..Fields::default() });
+        }
+        let flows: Vec<(u64, u32, u32)> = (0..10).map(|f| (f, (f % 2) as u32, [1500, 200][f as usize % 2])).collect();
+        let deps = host.run(&mut s, &flows, 5, Some(Rate::gbit(1)), S, S + 20 * MS);
+        let mut last: HashMap<u64, u64> = HashMap::new();
+        for d in &deps {
+            if let Some(prev) = last.insert(d.flow, d.token) {
+                assert!(d.token > prev, "{policy}: flow {} reordered ({} after {prev})", d.flow, d.token);
+            }
+        }
+        assert!(deps.len() > 1000);
+    }
+}
+
+#[test]
+fn eiffel_fig47_two_limits_on_the_rightmost_leaf() {
+    // Root paced at 40 Mbit/s; WFQ halves: left leaf, and an internal node limited to
+    // 10 Mbit/s holding two leaves, the rightmost limited to 7 Mbit/s.
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::mbit(40), 3000));
+    let left = b.child(root, NodeSpec::new("left", PolicyKind::Fifo));
+    let inner = b.child(root, NodeSpec::new("inner", PolicyKind::Wfq).rate(Rate::mbit(10), 3000));
+    let mid = b.child(inner, NodeSpec::new("mid", PolicyKind::Fifo));
+    let right = b.child(inner, NodeSpec::new("right", PolicyKind::Fifo).rate(Rate::mbit(7), 3000));
+    for (c, n) in [(0u32, left), (1, mid), (2, right)] {
+        b.rule(vec![Match::Class(c)], n);
+    }
+    let mut s = b.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500), (2, 2, 1500)], 4, None, S, S + 2 * S);
+    let mbit = |c: u32| bytes_by(&deps, |d| d.class).get(&c).copied().unwrap_or(0) as f64 * 8.0 / 2e6;
+    assert!((mbit(2) - 5.0).abs() < 0.2, "right shares inner's 10 with mid: {:.2}", mbit(2));
+    assert!((mbit(1) - 5.0).abs() < 0.2, "mid: {:.2}", mbit(1));
+    assert!((mbit(0) - 30.0).abs() < 0.5, "left takes the rest of 40: {:.2}", mbit(0));
+    // With mid idle, right is held to its own 7 Mbit/s, under inner's 10.
+    let mut s = b.build().unwrap();
+    let deps = Host::new().run(&mut s, &[(2, 2, 1500)], 4, None, S, S + 2 * S);
+    let r = bytes_by(&deps, |d| d.class)[&2] as f64 * 8.0 / 2e6;
+    assert!((r - 7.0).abs() < 0.15, "right alone: {r:.2}");
+}
+
+#[test]
+fn rejections_are_typed_and_counted() {
+    let mut b = TreeBuilder::new(SchedConfig { capacity: 3, flows: 2, ..SchedConfig::default() });
+    let root = b.root(NodeSpec::new("root", PolicyKind::Prio));
+    let only = b.child(root, NodeSpec::new("only", PolicyKind::Fifo));
+    b.rule(vec![Match::Class(1)], only);
+    let mut s = b.build().unwrap();
+    let reason = |r: Result<(), sluice_sched::Rejected>| r.unwrap_err().reason;
+    assert_eq!(reason(s.enqueue(0, &packet(0, 9, 1, 100))), RejectReason::NoClass);
+    assert_eq!(reason(s.enqueue(0, &packet(1, 1, 1, 0))), RejectReason::ZeroLength);
+    s.enqueue(0, &packet(2, 1, 1, 100)).unwrap();
+    s.enqueue(0, &packet(3, 1, 2, 100)).unwrap();
+    assert_eq!(reason(s.enqueue(0, &packet(4, 1, 3, 100))), RejectReason::FlowTableFull);
+    s.enqueue(0, &packet(5, 1, 2, 100)).unwrap();
+    assert_eq!(reason(s.enqueue(0, &packet(6, 1, 2, 100))), RejectReason::BufferFull);
+    let st = s.stats();
+    for r in [RejectReason::NoClass, RejectReason::ZeroLength, RejectReason::FlowTableFull, RejectReason::BufferFull] {
+        assert_eq!(st.rejected(r), 1, "{r:?}");
+    }
+    // A flow that emptied gives its slot to a new one.
+    while s.dequeue(0).is_some() {}
+    s.enqueue(0, &packet(7, 1, 3, 100)).unwrap();
+    assert_eq!(s.stats().flows_reclaimed, 1);
+}
+
+#[test]
+fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
+    for reject in [true, false] {
+        let mut b = TreeBuilder::new(SchedConfig {
+            shaper: ShaperConfig {
+                slot_ns: 1024,
+                slots: 1024,
+                beyond_horizon: if reject { sluice_queue::Overflow::Reject } else { sluice_queue::Overflow::Clamp },
+                ..ShaperConfig::default()
+            },
+            ..cfg(100)
+        });
+        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo);
+        leaf.flow_rate = Some(Rate::mbit(1));
+        let leaf = b.root(leaf);
+        b.default_leaf(leaf);
+        let mut s = b.build().unwrap();
+        // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms.
+        s.enqueue(S, &packet(0, 0, 1, 1500)).unwrap();
+        let second = s.enqueue(S, &packet(1, 0, 1, 1500));
+        if reject {
+            assert_eq!(second.unwrap_err().reason, RejectReason::BeyondHorizon);
+            assert_eq!(s.len(), 1);
+        } else {
+            assert!(second.is_ok());
+            assert!(s.stats().clamped >= 1);
+        }
+    }
+}
+
+#[test]
+fn next_event_says_when_to_wake() {
+    let mut b = TreeBuilder::new(cfg(100));
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo).rate(Rate::mbit(12), 0));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    assert_eq!(s.next_event(S), None);
+    s.enqueue(S, &packet(0, 0, 1, 1500)).unwrap();
+    s.enqueue(S, &packet(1, 0, 1, 1500)).unwrap();
+    assert_eq!(s.next_event(S), Some(S));
+    assert_eq!(s.dequeue(S).unwrap().token, 0);
+    // The second leaves 1 ms later (1500 B at 12 Mbit/s), within one shaper slot.
+    let t = s.next_event(S).unwrap();
+    assert!(t > S && t <= S + MS && S + MS - t < 1024, "wake at {t}");
+    assert_eq!(s.dequeue(t - 1025), None);
+    assert_eq!(s.dequeue(t).unwrap().token, 1);
+    assert_eq!(s.next_event(t), None);
+}
+
+#[test]
+fn rates_and_weights_change_at_run_time() {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::mbit(100), 0));
+    let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+    let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo));
+    b.rule(vec![Match::Class(0)], a);
+    b.default_leaf(c);
+    let mut s = b.build().unwrap();
+    let mut host = Host::new();
+    let flows = [(0u64, 0u32, 1500u32), (1, 1, 1500)];
+    let first = host.run(&mut s, &flows, 2, None, S, S + S);
+    let total = |d: &[Departure]| d.iter().map(|d| u64::from(d.len)).sum::<u64>() as f64 * 8.0;
+    assert!((total(&first) / 1e6 - 100.0).abs() < 1.0);
+    s.set_rate(0 as NodeId, Some(Rate::mbit(200)), 0);
+    s.set_weight(a, 3);
+    let second = host.run(&mut s, &[], 0, None, 2 * S, 3 * S);
+    assert!((total(&second) / 1e6 - 200.0).abs() < 2.0, "{}", total(&second) / 1e6);
+    let by = bytes_by(&second, |d| d.class);
+    let ratio = by[&0] as f64 / by[&1] as f64;
+    assert!((ratio - 3.0).abs() < 0.05, "weights 3:1 -> {ratio:.3}");
+    assert_eq!(s.rate(0), Some(Rate::mbit(200)));
+}
