@@ -1,1 +1,21 @@
-//! Lossless flow control: deferred completions, zD admission, dynamic per-flow queues, doorbells, overlay pause frames, per-core engines. Not built yet (issue 4).
+//! # sluice-flow: lossless flow control
+//!
+//! Sluice never drops a packet it accepted and never lets a queue grow with the number of flows.
+//! This crate holds the mechanisms that make that true between traffic sources and the
+//! scheduler (the *scheduled buffer*):
+//!
+//! - [`completion`]: deferred completions (Carousel §3.4.2). Every admitted packet gets exactly
+//!   one completion when it leaves, in any order; per-flow packets in flight are counted against
+//!   a TSQ-like limit.
+//! - [`admission`]: zD's backpressure (zD §4): sources are Active or Paused; a fixed-capacity
+//!   scheduled buffer; `probe`, pause into a paused-sources queue ordered like the scheduler,
+//!   resume the best-ranked source into every freed slot.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admission;
+pub mod completion;
+
+pub use admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
+pub use completion::{Completion, CompletionError, Completions, Outcome, Ticket};

@@ -1,0 +1,375 @@
+//! zD admission (zD §4, Algorithm 1): sources are Active or Paused; a scheduled buffer of fixed
+//! capacity, independent of the number of sources, takes packets only from Active sources that
+//! pass `probe`; a failed probe pauses the source and files it in the paused-sources queue,
+//! ordered like the scheduler orders them; every freed slot resumes the best-ranked paused
+//! source.
+//!
+//! ```text
+//!  offer(src) ─ paused? ──────────────────────────────> Paused (keep waiting)
+//!     │        ─ src has `limit` packets in the buffer > Throttled (wait for its own departure)
+//!     │        ─ granted a slot on resume ────────────> Admit (uses the reserved slot)
+//!     │        ─ probe fails ─────────────────────────> pause, file by rank > Paused
+//!     │        ─ others are paused and src's resume credit is spent > pause > Paused
+//!     └────────────────────────────────────────────────> Admit
+//!  departed(src) ─ a slot is free ─ pop the best paused source, reserve the slot for it,
+//!                  give it `resume_credit` packets it may place before it can be paused again
+//! ```
+//!
+//! **Probes.** FIFO: the buffer (counting reserved slots) has room. Fair share: that, and the
+//! source holds fewer than its share of the buffer, `capacity / sources wanting room`.
+//!
+//! **Deadlock freedom.** A source is paused only while others hold the buffer's slots or are
+//! paused ahead of it, and a slot that frees always goes to a paused source if there is one. A
+//! resumed source that has nothing to send must say so ([`Admission::idle`]); its reserved slot
+//! then passes to the next paused source. So whenever a source is paused, the buffer holds a
+//! packet or a slot is reserved for a resumed source: someone will depart or send, and the
+//! paused queue keeps moving (property-tested in `tests/admission.rs`).
+
+use sluice_queue::{AnyQueue, Handle, QueueKind, QueueSpec, Rank, RankQueue};
+
+/// How `probe` decides whether a source may place a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Room in the buffer.
+    Fifo,
+    /// Room in the buffer and the source below its share of it.
+    FairShare,
+}
+
+/// The order of the paused-sources queue (the scheduler's order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PausedOrder {
+    /// In the order they were paused.
+    Fifo,
+    /// By priority (rank 0..=255, 0 first), FIFO within a level.
+    Priority,
+    /// By time (the rank is when the source may send next, e.g. its rate limit's next release),
+    /// within `horizon_ns` of each other.
+    Time {
+        /// How far apart the ranks of paused sources can be.
+        horizon_ns: u64,
+    },
+    /// Any rank a policy gives, in the queue `spec` describes.
+    Rank(QueueSpec),
+}
+
+/// Configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    /// Packets the scheduled buffer holds (fixed, whatever the number of sources).
+    pub capacity: usize,
+    /// Source ids `0..sources`.
+    pub sources: usize,
+    /// Packets one source may have in the buffer at once (zD and TSQ: 2).
+    pub per_source: u32,
+    /// Packets a resumed source may place before it can be paused again (zD: 2).
+    pub resume_credit: u32,
+    /// How to probe.
+    pub probe: Probe,
+    /// How paused sources are ordered.
+    pub order: PausedOrder,
+}
+
+impl AdmissionConfig {
+    /// zD's defaults: FIFO probe and order, two packets per source, resume credit two.
+    pub fn new(capacity: usize, sources: usize) -> Self {
+        AdmissionConfig {
+            capacity,
+            sources,
+            per_source: 2,
+            resume_credit: 2,
+            probe: Probe::Fifo,
+            order: PausedOrder::Fifo,
+        }
+    }
+}
+
+/// Why a configuration cannot hold.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// A zero capacity, source count, per-source limit or resume credit.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// The paused queue cannot be built.
+    #[error("paused-sources queue: {0}")]
+    Queue(#[from] sluice_queue::ConfigError),
+}
+
+/// What `offer` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Place the packet in the scheduled buffer now (it is counted in the buffer).
+    Admit,
+    /// The source has its `per_source` packets in the buffer: wait for one to depart.
+    Throttled,
+    /// The source is paused: stop pulling from it until it is resumed.
+    Paused,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmissionStats {
+    /// Packets admitted.
+    pub admitted: u64,
+    /// Offers refused by the per-source limit.
+    pub throttled: u64,
+    /// Sources paused.
+    pub paused: u64,
+    /// Sources resumed.
+    pub resumed: u64,
+    /// Reserved slots handed on because the resumed source had nothing to send.
+    pub idle_grants: u64,
+    /// Calls naming a source out of range (ignored).
+    pub bad_source: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Source {
+    paused: Option<Handle>,
+    /// Packets in the buffer.
+    queued: u32,
+    /// Packets it may still place since its resume before it can be paused for others.
+    credit: u32,
+    /// A slot is reserved for it.
+    granted: bool,
+}
+
+/// The regulator; see the module note.
+pub struct Admission {
+    cfg: AdmissionConfig,
+    sources: Vec<Source>,
+    paused: AnyQueue<u32>,
+    occupancy: usize,
+    grants: usize,
+    /// Sources with packets in the buffer or paused (they all want a share).
+    wanting: usize,
+    stats: AdmissionStats,
+}
+
+impl Admission {
+    /// A regulator; errors for zeros and bad queue configurations.
+    pub fn new(cfg: AdmissionConfig) -> Result<Self, AdmissionError> {
+        for (v, name) in [
+            (cfg.capacity, "capacity"),
+            (cfg.sources, "sources"),
+            (cfg.per_source as usize, "per_source"),
+            (cfg.resume_credit as usize, "resume_credit"),
+        ] {
+            if v == 0 {
+                return Err(AdmissionError::Zero(name));
+            }
+        }
+        let spec = match cfg.order {
+            PausedOrder::Fifo => QueueSpec::new(QueueKind::Ffs, 1, 1, cfg.sources),
+            PausedOrder::Priority => QueueSpec::new(QueueKind::Ffs, 256, 1, cfg.sources),
+            PausedOrder::Time { horizon_ns } => {
+                let g = (horizon_ns / 4096).max(1).next_power_of_two();
+                QueueSpec::new(QueueKind::Cffs, 4096, g, cfg.sources)
+            }
+            PausedOrder::Rank(spec) => QueueSpec {
+                capacity: cfg.sources,
+                ..spec
+            },
+        };
+        Ok(Admission {
+            sources: vec![Source::default(); cfg.sources],
+            paused: spec.build()?,
+            occupancy: 0,
+            grants: 0,
+            wanting: 0,
+            cfg,
+            stats: AdmissionStats::default(),
+        })
+    }
+
+    /// Packets in the scheduled buffer.
+    pub fn occupancy(&self) -> usize {
+        self.occupancy
+    }
+
+    /// The buffer's capacity.
+    pub fn capacity(&self) -> usize {
+        self.cfg.capacity
+    }
+
+    /// Sources paused now.
+    pub fn paused(&self) -> usize {
+        self.paused.len()
+    }
+
+    /// Slots reserved for resumed sources.
+    pub fn reserved(&self) -> usize {
+        self.grants
+    }
+
+    /// Whether `src` is paused.
+    pub fn is_paused(&self, src: u32) -> bool {
+        self.sources
+            .get(src as usize)
+            .is_some_and(|s| s.paused.is_some())
+    }
+
+    /// Packets `src` has in the buffer.
+    pub fn queued(&self, src: u32) -> u32 {
+        self.sources.get(src as usize).map_or(0, |s| s.queued)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> AdmissionStats {
+        self.stats
+    }
+
+    fn share(&self) -> u32 {
+        (self.cfg.capacity / self.wanting.max(1)).max(1) as u32
+    }
+
+    fn probe(&self, s: &Source) -> bool {
+        let room = self.occupancy + self.grants < self.cfg.capacity;
+        match self.cfg.probe {
+            Probe::Fifo => room,
+            Probe::FairShare => room && s.queued < self.share(),
+        }
+    }
+
+    fn wants(s: &Source) -> bool {
+        s.queued > 0 || s.paused.is_some()
+    }
+
+    /// Source `src` has a packet to place; `rank` is where it would wait if paused.
+    pub fn offer(&mut self, src: u32, rank: Rank) -> Verdict {
+        let Some(&s) = self.sources.get(src as usize) else {
+            self.stats.bad_source += 1;
+            return Verdict::Paused;
+        };
+        if s.paused.is_some() {
+            return Verdict::Paused;
+        }
+        if s.queued >= self.cfg.per_source {
+            self.stats.throttled += 1;
+            return Verdict::Throttled;
+        }
+        let mut s = s;
+        let admit = if s.granted {
+            s.granted = false;
+            self.grants -= 1;
+            true
+        } else {
+            self.probe(&s) && (s.credit > 0 || self.paused.is_empty())
+        };
+        if !admit {
+            return self.pause(src, s, rank);
+        }
+        let wanted = Self::wants(&s);
+        s.credit = s.credit.saturating_sub(1);
+        s.queued += 1;
+        self.sources[src as usize] = s;
+        if !wanted {
+            self.wanting += 1;
+        }
+        self.occupancy += 1;
+        self.stats.admitted += 1;
+        Verdict::Admit
+    }
+
+    fn pause(&mut self, src: u32, mut s: Source, rank: Rank) -> Verdict {
+        let wanted = Self::wants(&s);
+        match self.paused.push(rank, src) {
+            Ok(h) => s.paused = Some(h),
+            Err(_) => {
+                // The paused queue holds every source at most once and was sized for all; a
+                // rank out of its range is clamped. Refusing here would lose the source.
+                debug_assert!(false, "paused queue refused source {src}");
+                return Verdict::Throttled;
+            }
+        }
+        s.credit = 0;
+        self.sources[src as usize] = s;
+        if !wanted {
+            self.wanting += 1;
+        }
+        self.stats.paused += 1;
+        Verdict::Paused
+    }
+
+    /// A packet of `src` left the buffer. Returns the source resumed into the freed slot, if
+    /// any: offer its packets next (it has a slot reserved and `resume_credit` to spend).
+    pub fn departed(&mut self, src: u32) -> Option<u32> {
+        let Some(s) = self.sources.get_mut(src as usize) else {
+            self.stats.bad_source += 1;
+            return None;
+        };
+        if s.queued == 0 {
+            self.stats.bad_source += 1;
+            return None;
+        }
+        s.queued -= 1;
+        if !Self::wants(s) {
+            self.wanting -= 1;
+        }
+        self.occupancy -= 1;
+        self.resume_one()
+    }
+
+    /// A resumed source had nothing to send: hand its reserved slot to the next paused source.
+    /// Returns that source, if any.
+    pub fn idle(&mut self, src: u32) -> Option<u32> {
+        let Some(s) = self.sources.get_mut(src as usize) else {
+            self.stats.bad_source += 1;
+            return None;
+        };
+        if !s.granted {
+            return None;
+        }
+        s.granted = false;
+        s.credit = 0;
+        self.grants -= 1;
+        self.stats.idle_grants += 1;
+        self.resume_one()
+    }
+
+    /// Resume the best paused source into a free slot, if there is one and a slot is free.
+    fn resume_one(&mut self) -> Option<u32> {
+        if self.occupancy + self.grants >= self.cfg.capacity {
+            return None;
+        }
+        let e = self.paused.pop_min()?;
+        let s = &mut self.sources[e.item as usize];
+        s.paused = None;
+        s.granted = true;
+        s.credit = self.cfg.resume_credit;
+        if !Self::wants(s) {
+            self.wanting -= 1;
+        }
+        self.grants += 1;
+        self.stats.resumed += 1;
+        Some(e.item)
+    }
+
+    /// Check the counters against the sources; for tests. O(sources).
+    pub fn check(&self) {
+        let queued: usize = self.sources.iter().map(|s| s.queued as usize).sum();
+        assert_eq!(queued, self.occupancy);
+        assert_eq!(
+            self.sources.iter().filter(|s| s.granted).count(),
+            self.grants
+        );
+        assert_eq!(
+            self.sources.iter().filter(|s| s.paused.is_some()).count(),
+            self.paused.len()
+        );
+        assert_eq!(
+            self.sources.iter().filter(|s| Self::wants(s)).count(),
+            self.wanting
+        );
+        assert!(
+            self.occupancy + self.grants <= self.cfg.capacity,
+            "buffer over capacity"
+        );
+        if !self.paused.is_empty() {
+            assert!(
+                self.occupancy + self.grants > 0,
+                "paused sources with nobody to wake them"
+            );
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Deferred completions (Carousel §3.4.2): every packet admitted gets exactly one completion,
+//! when it leaves — sent, or explicitly rejected — in whatever order packets leave.
+//!
+//! Carousel holds the completion signal until the shaper releases the packet; the source may
+//! not send more until then, which bounds the packets a flow has in the shaper without drops.
+//! Completions come out of order (a fast flow's packets overtake a slow flow's), so they are
+//! tracked per packet, not per queue position: [`Completions::admit`] issues a [`Ticket`],
+//! [`Completions::complete`] redeems it exactly once.
+//!
+//! A ticket carries the generation of its slot. Redeeming it twice, or redeeming one that was
+//! never issued (a corrupt or foreign ticket), is detected, counted and refused, and changes
+//! nothing: a buggy or hostile host cannot make the tracker complete a packet twice or free a
+//! slot that is in use.
+//!
+//! The per-flow count of packets in flight implements a TSQ-like limit: with the default of
+//! two, a flow may have two packets between admission and completion, and must wait for a
+//! completion before it sends a third.
+
+/// Default packets a flow may have in flight (TSQ, zD §4.1).
+pub const DEFAULT_INFLIGHT_LIMIT: u32 = 2;
+
+/// Redeems one admitted packet's completion. Eight bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    index: u32,
+    generation: u32,
+}
+
+impl Ticket {
+    /// The raw parts, for hosts that must pass a ticket through foreign code (a descriptor
+    /// field, a wire format).
+    pub fn to_raw(self) -> u64 {
+        u64::from(self.index) << 32 | u64::from(self.generation)
+    }
+
+    /// A ticket from its raw parts. Any value is accepted here; `complete` judges it.
+    pub fn from_raw(raw: u64) -> Ticket {
+        Ticket {
+            index: (raw >> 32) as u32,
+            generation: raw as u32,
+        }
+    }
+}
+
+/// How a packet left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Transmitted.
+    Sent,
+    /// Refused after admission (e.g. the scheduler rejected it); `code` says why.
+    Rejected {
+        /// A reason code the host defines.
+        code: u8,
+    },
+}
+
+/// A delivered completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The host's packet token given at admission.
+    pub token: u64,
+    /// The flow (source) it belonged to.
+    pub flow: u32,
+    /// How it left.
+    pub outcome: Outcome,
+    /// Packets the flow still has in flight after this one.
+    pub inflight: u32,
+}
+
+/// Why a completion was refused. Each is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompletionError {
+    /// The packet was already completed.
+    #[error("double completion")]
+    Double,
+    /// No packet was ever admitted with this ticket.
+    #[error("completion for a packet never admitted")]
+    Unknown,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionStats {
+    /// Packets admitted.
+    pub admitted: u64,
+    /// Completions delivered with `Sent`.
+    pub sent: u64,
+    /// Completions delivered with `Rejected`.
+    pub rejected: u64,
+    /// Refused: already completed.
+    pub double: u64,
+    /// Refused: never admitted.
+    pub unknown: u64,
+    /// Admissions refused because the tracker was full.
+    pub full: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    token: u64,
+    flow: u32,
+    generation: u32,
+    live: bool,
+}
+
+/// The tracker; see the module note. Capacity and flows are fixed at construction.
+#[derive(Debug)]
+pub struct Completions {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    inflight: Vec<u32>,
+    capacity: usize,
+    limit: u32,
+    stats: CompletionStats,
+}
+
+impl Completions {
+    /// A tracker for `capacity` packets in flight over `flows` flow ids, each limited to
+    /// `limit` packets in flight.
+    pub fn new(capacity: usize, flows: usize, limit: u32) -> Self {
+        Completions {
+            slots: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            inflight: vec![0; flows],
+            capacity,
+            limit,
+            stats: CompletionStats::default(),
+        }
+    }
+
+    /// Packets in flight.
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// True when nothing is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Packets `flow` has in flight.
+    pub fn inflight(&self, flow: u32) -> u32 {
+        self.inflight.get(flow as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether `flow` may send another packet under the per-flow limit.
+    pub fn may_send(&self, flow: u32) -> bool {
+        self.inflight(flow) < self.limit
+    }
+
+    /// The per-flow limit.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CompletionStats {
+        self.stats
+    }
+
+    /// Admit packet `token` of `flow`: a ticket for its completion, or `None` if the tracker is
+    /// full or `flow` is out of range (counted). The per-flow limit is the caller's to check
+    /// ([`Completions::may_send`]); admitting beyond it is allowed (a resumed flow's second
+    /// packet, zD §4.1).
+    pub fn admit(&mut self, flow: u32, token: u64) -> Option<Ticket> {
+        if self.len() == self.capacity || flow as usize >= self.inflight.len() {
+            self.stats.full += 1;
+            return None;
+        }
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    token: 0,
+                    flow: 0,
+                    generation: 0,
+                    live: false,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[index as usize];
+        s.token = token;
+        s.flow = flow;
+        s.live = true;
+        self.inflight[flow as usize] += 1;
+        self.stats.admitted += 1;
+        Some(Ticket {
+            index,
+            generation: s.generation,
+        })
+    }
+
+    /// Redeem `ticket`: the packet left with `outcome`. Exactly once per admitted packet.
+    pub fn complete(
+        &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+    ) -> Result<Completion, CompletionError> {
+        let Some(s) = self.slots.get_mut(ticket.index as usize) else {
+            self.stats.unknown += 1;
+            return Err(CompletionError::Unknown);
+        };
+        if !s.live || s.generation != ticket.generation {
+            // Older generations of this slot were completed; newer ones were never issued.
+            let double =
+                ticket.generation < s.generation || (!s.live && ticket.generation == s.generation);
+            if double {
+                self.stats.double += 1;
+                return Err(CompletionError::Double);
+            }
+            self.stats.unknown += 1;
+            return Err(CompletionError::Unknown);
+        }
+        s.live = false;
+        s.generation = s.generation.wrapping_add(1);
+        let (token, flow) = (s.token, s.flow);
+        self.free.push(ticket.index);
+        let n = &mut self.inflight[flow as usize];
+        *n -= 1;
+        match outcome {
+            Outcome::Sent => self.stats.sent += 1,
+            Outcome::Rejected { .. } => self.stats.rejected += 1,
+        }
+        Ok(Completion {
+            token,
+            flow,
+            outcome,
+            inflight: *n,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn out_of_order_exactly_once() {
+        let mut c = Completions::new(8, 4, 2);
+        let a = c.admit(0, 10).unwrap();
+        let b = c.admit(1, 11).unwrap();
+        let d = c.admit(0, 12).unwrap();
+        assert!(!c.may_send(0) && c.may_send(1));
+        assert_eq!(c.complete(d, Outcome::Sent).unwrap().token, 12);
+        assert_eq!(
+            c.complete(b, Outcome::Rejected { code: 3 }).unwrap().flow,
+            1
+        );
+        assert_eq!(c.complete(d, Outcome::Sent), Err(CompletionError::Double));
+        let done = c.complete(a, Outcome::Sent).unwrap();
+        assert_eq!((done.token, done.inflight), (10, 0));
+        assert!(c.is_empty());
+        let st = c.stats();
+        assert_eq!((st.admitted, st.sent, st.rejected, st.double), (3, 2, 1, 1));
+    }
+
+    #[test]
+    fn unknown_and_stale_tickets_change_nothing() {
+        let mut c = Completions::new(4, 2, 2);
+        let t = c.admit(0, 1).unwrap();
+        assert_eq!(
+            c.complete(Ticket::from_raw(99 << 32), Outcome::Sent),
+            Err(CompletionError::Unknown)
+        );
+        assert_eq!(
+            c.complete(Ticket::from_raw(t.to_raw() + 1), Outcome::Sent),
+            Err(CompletionError::Unknown)
+        );
+        assert_eq!(c.len(), 1);
+        c.complete(t, Outcome::Sent).unwrap();
+        // The slot is reused: the old ticket stays a double, the new one is good.
+        let t2 = c.admit(1, 2).unwrap();
+        assert_eq!(t2.index, t.index);
+        assert_eq!(c.complete(t, Outcome::Sent), Err(CompletionError::Double));
+        assert_eq!(c.complete(t2, Outcome::Sent).unwrap().token, 2);
+        assert_eq!(c.stats().unknown, 2);
+        assert_eq!(c.stats().double, 1);
+    }
+
+    #[test]
+    fn full_and_out_of_range_flows_are_refused() {
+        let mut c = Completions::new(1, 1, 2);
+        assert!(c.admit(5, 0).is_none());
+        assert!(c.admit(0, 0).is_some());
+        assert!(c.admit(0, 1).is_none());
+        assert_eq!(c.stats().full, 2);
+    }
+
+    proptest! {
+        /// Any interleaving of admissions and completions, genuine, repeated or forged: every
+        /// admitted token is completed exactly once and the counts add up.
+        #[test]
+        fn every_admitted_packet_completes_once(ops in prop::collection::vec((any::<u8>(), any::<u64>()), 1..400)) {
+            let mut c = Completions::new(16, 4, 2);
+            let mut live: Vec<(Ticket, u64)> = Vec::new();
+            let mut done: Vec<Ticket> = Vec::new();
+            let mut completed = std::collections::HashSet::new();
+            let mut token = 0u64;
+            for (op, x) in ops {
+                match op % 4 {
+                    0 | 1 => {
+                        if let Some(t) = c.admit((x % 4) as u32, token) {
+                            live.push((t, token));
+                        }
+                        token += 1;
+                    }
+                    2 if !live.is_empty() => {
+                        let (t, tok) = live.swap_remove(x as usize % live.len());
+                        let got = c.complete(t, Outcome::Sent).unwrap();
+                        prop_assert_eq!(got.token, tok);
+                        prop_assert!(completed.insert(tok));
+                        done.push(t);
+                    }
+                    _ => {
+                        let forged = if done.is_empty() || x % 2 == 0 { Ticket::from_raw(x) } else { done[x as usize % done.len()] };
+                        let before = c.len();
+                        if let Ok(got) = c.complete(forged, Outcome::Sent) {
+                            // A forged value can only succeed by naming a live ticket exactly.
+                            let pos = live.iter().position(|(t, _)| *t == forged).expect("only live tickets complete");
+                            let (_, tok) = live.swap_remove(pos);
+                            prop_assert_eq!(got.token, tok);
+                            prop_assert!(completed.insert(tok));
+                        } else {
+                            prop_assert_eq!(c.len(), before);
+                        }
+                    }
+                }
+                prop_assert_eq!(c.len(), live.len());
+            }
+        }
+    }
+}
