@@ -199,7 +199,10 @@ impl OracleTree {
             g.set_rate(r);
         }
         if self.beyond_reject {
-            if let (Some(g), true) = (f.gate.as_ref(), !f.line.in_flight && f.line.waiting.is_empty()) {
+            if let (Some(g), true) = (
+                f.gate.as_ref(),
+                !f.line.in_flight && f.line.waiting.is_empty(),
+            ) {
                 let t = g.peek(now, p.len);
                 if t > now && t - now >= self.horizon_ns {
                     return Err(RejectReason::BeyondHorizon);
@@ -443,7 +446,12 @@ impl OracleTree {
 
 /// A packet reaches a gate: `None` passes, `Some(None)` waits in line, `Some(Some(t))` goes
 /// to the shaper until `t` as the gate's packet in flight.
-fn arrive_at_gate(gate: Option<&mut Gate>, line: &mut Line, len: u32, now: u64) -> Option<Option<u64>> {
+fn arrive_at_gate(
+    gate: Option<&mut Gate>,
+    line: &mut Line,
+    len: u32,
+    now: u64,
+) -> Option<Option<u64>> {
     let gate = gate?;
     if line.in_flight || !line.waiting.is_empty() {
         return Some(None);

@@ -538,9 +538,15 @@ impl Scheduler {
         let node = &mut self.nodes[n as usize];
         node.stats.arrived += 1;
         let (tags, cfg) = if node.leaf {
-            (&mut self.flows.flows[meta.flow as usize].member, &node.member_cfg[0])
+            (
+                &mut self.flows.flows[meta.flow as usize].member,
+                &node.member_cfg[0],
+            )
         } else {
-            (&mut node.members[item as usize], &node.member_cfg[item as usize])
+            (
+                &mut node.members[item as usize],
+                &node.member_cfg[item as usize],
+            )
         };
         match node.mode {
             Mode::PerPacket => {
@@ -552,7 +558,8 @@ impl Scheduler {
                 let ranks = if tags.available == 1 {
                     Some(node.policy.activate(&mut tags.tags, cfg, meta, now))
                 } else {
-                    node.policy.arrived(&mut tags.tags, cfg, meta, tags.available, now)
+                    node.policy
+                        .arrived(&mut tags.tags, cfg, meta, tags.available, now)
                 };
                 if let Some(ranks) = ranks {
                     place(&mut node.queues, tags, ranks, item);
@@ -564,7 +571,10 @@ impl Scheduler {
     /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
-            let rec = Pending::Node { node: n, meta: *meta };
+            let rec = Pending::Node {
+                node: n,
+                meta: *meta,
+            };
             match self.at_gate(Holder::Node(n), meta.len, now) {
                 Verdict::Pass => {}
                 Verdict::Hold => {

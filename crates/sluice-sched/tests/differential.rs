@@ -81,25 +81,49 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
         prop::option::weighted(0.4, 500u64..50_000),
         prop::option::weighted(0.3, 500u64..50_000),
     )
-        .prop_map(|(parent, policy, kind, buckets, granularity, rate_kbit, burst, weight, priority, quantum, reservation_kbit, flow_rate_kbit)| NodeGen {
-            parent,
-            policy,
-            kind,
-            buckets,
-            granularity,
-            rate_kbit,
-            burst,
-            weight,
-            priority,
-            quantum,
-            reservation_kbit,
-            flow_rate_kbit,
-        })
+        .prop_map(
+            |(
+                parent,
+                policy,
+                kind,
+                buckets,
+                granularity,
+                rate_kbit,
+                burst,
+                weight,
+                priority,
+                quantum,
+                reservation_kbit,
+                flow_rate_kbit,
+            )| NodeGen {
+                parent,
+                policy,
+                kind,
+                buckets,
+                granularity,
+                rate_kbit,
+                burst,
+                weight,
+                priority,
+                quantum,
+                reservation_kbit,
+                flow_rate_kbit,
+            },
+        )
 }
 
 #[derive(Clone, Debug)]
 enum Op {
-    Enqueue { class: u32, flow: u64, len: u32, priority: u8, deadline: u64, slack: u64, remaining: u64, pacing_kbit: u64 },
+    Enqueue {
+        class: u32,
+        flow: u64,
+        len: u32,
+        priority: u8,
+        deadline: u64,
+        slack: u64,
+        remaining: u64,
+        pacing_kbit: u64,
+    },
     Dequeue,
     Advance(u64),
 }
@@ -120,18 +144,30 @@ fn kbit(k: u64) -> Rate {
 /// Build the tree described by `gens` (node i's parent is some node before it).
 fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
     let n = gens.len();
-    let parents: Vec<Option<usize>> = (0..n).map(|i| (i > 0).then(|| gens[i].parent % i)).collect();
-    let is_leaf: Vec<bool> = (0..n).map(|i| !parents.iter().any(|p| *p == Some(i))).collect();
+    let parents: Vec<Option<usize>> = (0..n)
+        .map(|i| (i > 0).then(|| gens[i].parent % i))
+        .collect();
+    let is_leaf: Vec<bool> = (0..n)
+        .map(|i| !parents.iter().any(|p| *p == Some(i)))
+        .collect();
     let cfg = SchedConfig {
         capacity,
         flows: 1000,
         max_packet: 9000,
-        shaper: ShaperConfig { slots: 4096, slot_ns: 1024, ..ShaperConfig::default() },
+        shaper: ShaperConfig {
+            slots: 4096,
+            slot_ns: 1024,
+            ..ShaperConfig::default()
+        },
     };
     let mut b = TreeBuilder::new(cfg);
     let mut ids = Vec::new();
     for (i, g) in gens.iter().enumerate() {
-        let policy = if is_leaf[i] { LEAF[g.policy % LEAF.len()] } else { INTERNAL[g.policy % INTERNAL.len()] };
+        let policy = if is_leaf[i] {
+            LEAF[g.policy % LEAF.len()]
+        } else {
+            INTERNAL[g.policy % INTERNAL.len()]
+        };
         let mut spec = NodeSpec::new(&format!("n{i}"), policy);
         spec.queue = QueueChoice::Kind {
             kind: KINDS[g.kind % KINDS.len()],
@@ -157,7 +193,10 @@ fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
     }
     let leaves: Vec<usize> = (0..n).filter(|&i| is_leaf[i]).collect();
     for class in 0..6u32 {
-        b.rule(vec![Match::Class(class)], ids[leaves[class as usize % leaves.len()]]);
+        b.rule(
+            vec![Match::Class(class)],
+            ids[leaves[class as usize % leaves.len()]],
+        );
     }
     b.default_leaf(ids[leaves[0]]);
     b
@@ -172,7 +211,16 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
     let mut remaining = std::collections::HashMap::new();
     for (step, op) in ops.iter().enumerate() {
         match *op {
-            Op::Enqueue { class, flow, len, priority, deadline, slack, remaining: r, pacing_kbit } => {
+            Op::Enqueue {
+                class,
+                flow,
+                len,
+                priority,
+                deadline,
+                slack,
+                remaining: r,
+                pacing_kbit,
+            } => {
                 // A flow's remaining size only shrinks (what pFabric assumes of its senders).
                 let rem = remaining.entry(flow).or_insert(r + 20_000);
                 *rem = (*rem).saturating_sub(u64::from(len)).max(1);
@@ -203,7 +251,12 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
             Op::Advance(dt) => now += dt,
         }
         prop_assert_eq!(fast.len(), slow.len(), "step {}: held", step);
-        prop_assert_eq!(fast.next_event(now), slow.next_event(now), "step {}: next_event", step);
+        prop_assert_eq!(
+            fast.next_event(now),
+            slow.next_event(now),
+            "step {}: next_event",
+            step
+        );
     }
     // Drain both over time: the same departures to the end.
     for _ in 0..100_000 {
@@ -275,7 +328,10 @@ fn every_policy_on_every_structure() {
                     })
                     .collect();
                 if let Err(e) = run(&gens, 10_000, &ops) {
-                    panic!("leaf {:?} under {:?} on {:?}: {e}", LEAF[li], INTERNAL[ii], KINDS[ki]);
+                    panic!(
+                        "leaf {:?} under {:?} on {:?}: {e}",
+                        LEAF[li], INTERNAL[ii], KINDS[ki]
+                    );
                 }
             }
         }
@@ -307,14 +363,27 @@ fn auto_queues_deliver_every_packet_exactly_once() {
             .collect();
         let mut b = tree(&gens, 512);
         // Back to `auto` everywhere: rebuild the same tree with default queue choices.
-        let mut auto = TreeBuilder::new(SchedConfig { capacity: 512, flows: 1000, max_packet: 9000, ..SchedConfig::default() });
+        let mut auto = TreeBuilder::new(SchedConfig {
+            capacity: 512,
+            flows: 1000,
+            max_packet: 9000,
+            ..SchedConfig::default()
+        });
         let _ = &mut b;
         let n = gens.len();
-        let parents: Vec<Option<usize>> = (0..n).map(|i| (i > 0).then(|| gens[i].parent % i)).collect();
-        let is_leaf: Vec<bool> = (0..n).map(|i| !parents.iter().any(|p| *p == Some(i))).collect();
+        let parents: Vec<Option<usize>> = (0..n)
+            .map(|i| (i > 0).then(|| gens[i].parent % i))
+            .collect();
+        let is_leaf: Vec<bool> = (0..n)
+            .map(|i| !parents.iter().any(|p| *p == Some(i)))
+            .collect();
         let mut ids = Vec::new();
         for (i, g) in gens.iter().enumerate() {
-            let policy = if is_leaf[i] { LEAF[g.policy % LEAF.len()] } else { INTERNAL[g.policy % INTERNAL.len()] };
+            let policy = if is_leaf[i] {
+                LEAF[g.policy % LEAF.len()]
+            } else {
+                INTERNAL[g.policy % INTERNAL.len()]
+            };
             let mut spec = NodeSpec::new(&format!("n{i}"), policy);
             if let Some(r) = g.rate_kbit {
                 spec = spec.rate(kbit(r), g.burst);
@@ -336,7 +405,12 @@ fn auto_queues_deliver_every_packet_exactly_once() {
         let mut sent = std::collections::HashSet::new();
         let mut accepted = 0u64;
         for token in 0..3000u64 {
-            let mut p = Packet { token, len: 64 + (rng.next_u64() % 1500) as u32, flow: rng.next_u64() % 20, ..Packet::default() };
+            let mut p = Packet {
+                token,
+                len: 64 + (rng.next_u64() % 1500) as u32,
+                flow: rng.next_u64() % 20,
+                ..Packet::default()
+            };
             p.fields.slack = rng.next_u64() % 10_000_000;
             p.fields.deadline = now + rng.next_u64() % 10_000_000;
             p.fields.remaining = 1 + rng.next_u64() % 1_000_000;
@@ -345,7 +419,11 @@ fn auto_queues_deliver_every_packet_exactly_once() {
             }
             if rng.next_u64() % 2 == 0 {
                 if let Some(d) = s.dequeue(now) {
-                    assert!(sent.insert(d.token), "round {round}: token {} twice", d.token);
+                    assert!(
+                        sent.insert(d.token),
+                        "round {round}: token {} twice",
+                        d.token
+                    );
                 }
             }
             now += rng.next_u64() % 20_000;
@@ -353,10 +431,18 @@ fn auto_queues_deliver_every_packet_exactly_once() {
         while let Some(t) = s.next_event(now) {
             now = now.max(t);
             if let Some(d) = s.dequeue(now) {
-                assert!(sent.insert(d.token), "round {round}: token {} twice", d.token);
+                assert!(
+                    sent.insert(d.token),
+                    "round {round}: token {} twice",
+                    d.token
+                );
             }
         }
-        assert_eq!(sent.len() as u64, accepted, "round {round}: every accepted packet leaves once");
+        assert_eq!(
+            sent.len() as u64,
+            accepted,
+            "round {round}: every accepted packet leaves once"
+        );
         assert!(s.is_empty());
     }
 }

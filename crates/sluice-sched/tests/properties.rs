@@ -13,11 +13,22 @@ const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 
 fn cfg(capacity: usize) -> SchedConfig {
-    SchedConfig { capacity, flows: 10_000, max_packet: 9000, ..SchedConfig::default() }
+    SchedConfig {
+        capacity,
+        flows: 10_000,
+        max_packet: 9000,
+        ..SchedConfig::default()
+    }
 }
 
 fn packet(token: u64, class: u32, flow: u64, len: u32) -> Packet {
-    Packet { token, len, flow, class: Some(class), ..Packet::default() }
+    Packet {
+        token,
+        len,
+        flow,
+        class: Some(class),
+        ..Packet::default()
+    }
 }
 
 /// A host that keeps every class backlogged (`depth` packets per flow in the scheduler) and
@@ -41,7 +52,12 @@ struct Departure {
 
 impl Host {
     fn new() -> Self {
-        Host { next_token: 0, class_of: HashMap::new(), len_of: HashMap::new(), fields_of: HashMap::new() }
+        Host {
+            next_token: 0,
+            class_of: HashMap::new(),
+            len_of: HashMap::new(),
+            fields_of: HashMap::new(),
+        }
     }
 
     fn send(&mut self, s: &mut Scheduler, now: u64, class: u32, flow: u64, len: u32) {
@@ -54,7 +70,15 @@ impl Host {
     }
 
     /// Run closed-loop: every flow in `flows` (flow, class, len) keeps `depth` packets queued.
-    fn run(&mut self, s: &mut Scheduler, flows: &[(u64, u32, u32)], depth: usize, link: Option<Rate>, start: u64, end: u64) -> Vec<Departure> {
+    fn run(
+        &mut self,
+        s: &mut Scheduler,
+        flows: &[(u64, u32, u32)],
+        depth: usize,
+        link: Option<Rate>,
+        start: u64,
+        end: u64,
+    ) -> Vec<Departure> {
         for &(f, c, l) in flows {
             for _ in 0..depth {
                 self.send(s, start, c, f, l);
@@ -66,7 +90,13 @@ impl Host {
             match s.dequeue(now) {
                 Some(d) => {
                     let class = self.class_of[&d.flow];
-                    out.push(Departure { at: now, token: d.token, len: d.len, flow: d.flow, class });
+                    out.push(Departure {
+                        at: now,
+                        token: d.token,
+                        len: d.len,
+                        flow: d.flow,
+                        class,
+                    });
                     if let Some(l) = link {
                         now += l.tx_time_ns(u64::from(d.len));
                     }
@@ -84,7 +114,10 @@ impl Host {
     }
 }
 
-fn bytes_by<K: std::hash::Hash + Eq>(deps: &[Departure], key: impl Fn(&Departure) -> K) -> HashMap<K, u64> {
+fn bytes_by<K: std::hash::Hash + Eq>(
+    deps: &[Departure],
+    key: impl Fn(&Departure) -> K,
+) -> HashMap<K, u64> {
     let mut m = HashMap::new();
     for d in deps {
         *m.entry(key(d)).or_insert(0) += u64::from(d.len);
@@ -99,18 +132,26 @@ fn wfq_shares_are_within_one_percent_over_long_runs() {
     let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
     let weights = [1u32, 2, 3, 4];
     for (i, &w) in weights.iter().enumerate() {
-        let leaf = b.child(root, NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo).weight(w));
+        let leaf = b.child(
+            root,
+            NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo).weight(w),
+        );
         b.rule(vec![Match::Class(i as u32)], leaf);
     }
     let mut s = b.build().unwrap();
-    let flows: Vec<(u64, u32, u32)> = (0..4).map(|i| (i as u64, i as u32, [1500, 64, 900, 1200][i])).collect();
+    let flows: Vec<(u64, u32, u32)> = (0..4)
+        .map(|i| (i as u64, i as u32, [1500, 64, 900, 1200][i]))
+        .collect();
     let deps = Host::new().run(&mut s, &flows, 4, Some(Rate::gbit(10)), S, S + 200 * MS);
     let bytes = bytes_by(&deps, |d| d.class);
     let total: u64 = bytes.values().sum();
     for (i, &w) in weights.iter().enumerate() {
         let share = bytes[&(i as u32)] as f64 / total as f64;
         let want = f64::from(w) / 10.0;
-        assert!((share - want).abs() / want < 0.01, "class {i}: share {share:.4}, want {want:.4}");
+        assert!(
+            (share - want).abs() / want < 0.01,
+            "class {i}: share {share:.4}, want {want:.4}"
+        );
     }
 }
 
@@ -121,12 +162,17 @@ fn per_flow_wfq_and_drr_and_fq_share_equally() {
         let leaf = b.root(NodeSpec::new("leaf", policy));
         b.default_leaf(leaf);
         let mut s = b.build().unwrap();
-        let flows: Vec<(u64, u32, u32)> = (0..20).map(|f| (f, 0, [1500, 100, 700, 1448][f as usize % 4])).collect();
+        let flows: Vec<(u64, u32, u32)> = (0..20)
+            .map(|f| (f, 0, [1500, 100, 700, 1448][f as usize % 4]))
+            .collect();
         let deps = Host::new().run(&mut s, &flows, 3, Some(Rate::gbit(10)), S, S + 100 * MS);
         let bytes = bytes_by(&deps, |d| d.flow);
         let mean = bytes.values().sum::<u64>() as f64 / 20.0;
         for (f, b) in &bytes {
-            assert!((*b as f64 - mean).abs() / mean < 0.01, "{policy}: flow {f} got {b}, mean {mean}");
+            assert!(
+                (*b as f64 - mean).abs() / mean < 0.01,
+                "{policy}: flow {f} got {b}, mean {mean}"
+            );
         }
     }
 }
@@ -142,7 +188,14 @@ fn drr_quanta_set_the_shares() {
         b.rule(vec![Match::Class(i as u32)], leaf);
     }
     let mut s = b.build().unwrap();
-    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(10)), S, S + 100 * MS);
+    let deps = Host::new().run(
+        &mut s,
+        &[(0, 0, 1500), (1, 1, 1500)],
+        4,
+        Some(Rate::gbit(10)),
+        S,
+        S + 100 * MS,
+    );
     let bytes = bytes_by(&deps, |d| d.class);
     let ratio = bytes[&1] as f64 / bytes[&0] as f64;
     assert!((ratio - 3.0).abs() < 0.03, "ratio {ratio}");
@@ -162,12 +215,19 @@ fn windows(deps: &[Departure], start: u64, end: u64) -> Vec<f64> {
 
 #[test]
 fn a_rate_limit_holds_within_one_percent_per_100ms_at_10m_1g_40g() {
-    for (rate, len, secs) in [(Rate::mbit(10), 1500, 3), (Rate::gbit(1), 1500, 1), (Rate::gbit(40), 9000, 1)] {
+    for (rate, len, secs) in [
+        (Rate::mbit(10), 1500, 3),
+        (Rate::gbit(1), 1500, 1),
+        (Rate::gbit(40), 9000, 1),
+    ] {
         // The limit sits on an internal node above a per-flow leaf, so packets pass the leaf,
         // wait in the shaper, and continue to the root.
         let mut b = TreeBuilder::new(cfg(10_000));
         let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
-        let limited = b.child(root, NodeSpec::new("limited", PolicyKind::Wfq).rate(rate, 0));
+        let limited = b.child(
+            root,
+            NodeSpec::new("limited", PolicyKind::Wfq).rate(rate, 0),
+        );
         let leaf = b.child(limited, NodeSpec::new("flows", PolicyKind::Fq));
         b.default_leaf(leaf);
         let mut s = b.build().unwrap();
@@ -178,7 +238,11 @@ fn a_rate_limit_holds_within_one_percent_per_100ms_at_10m_1g_40g() {
         assert!(w.len() >= 10, "{} windows", w.len());
         for r in &w {
             let err = (r - rate.bps() as f64).abs() / rate.bps() as f64;
-            assert!(err < 0.01, "{rate}: window at {r:.0} bit/s, error {:.3}%", err * 100.0);
+            assert!(
+                err < 0.01,
+                "{rate}: window at {r:.0} bit/s, error {:.3}%",
+                err * 100.0
+            );
         }
     }
 }
@@ -193,7 +257,13 @@ fn flow_pacing_holds_each_flows_rate() {
     let mut s = b.build().unwrap();
     let mut host = Host::new();
     // Flow 3 asks for its own pacing rate (Carousel: the transport's 2 cwnd / RTT).
-    host.fields_of.insert(3, Fields { pacing_bps: 20_000_000, ..Fields::default() });
+    host.fields_of.insert(
+        3,
+        Fields {
+            pacing_bps: 20_000_000,
+            ..Fields::default()
+        },
+    );
     let flows: Vec<(u64, u32, u32)> = (0..4).map(|f| (f, 0, 1500)).collect();
     let end = S + S + 100 * MS;
     let deps = host.run(&mut s, &flows, 2, None, S, end);
@@ -201,16 +271,27 @@ fn flow_pacing_holds_each_flows_rate() {
         let mine: Vec<Departure> = deps.iter().copied().filter(|d| d.flow == f).collect();
         let want = if f == 3 { 20e6 } else { 50e6 };
         for r in windows(&mine, S, end) {
-            assert!((r - want).abs() / want < 0.01, "flow {f}: {r:.0} bit/s, want {want}");
+            assert!(
+                (r - want).abs() / want < 0.01,
+                "flow {f}: {r:.0} bit/s, want {want}"
+            );
         }
     }
 }
 
 #[test]
 fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
-    for (rate, burst) in [(Rate::from_bps(64_000).unwrap(), 0u64), (Rate::mbit(10), 15_000), (Rate::gbit(1), 64_000)] {
+    for (rate, burst) in [
+        (Rate::from_bps(64_000).unwrap(), 0u64),
+        (Rate::mbit(10), 15_000),
+        (Rate::gbit(1), 64_000),
+    ] {
         let mut b = TreeBuilder::new(SchedConfig {
-            shaper: ShaperConfig { slot_ns: 1024, slots: 1 << 22, ..ShaperConfig::default() },
+            shaper: ShaperConfig {
+                slot_ns: 1024,
+                slots: 1 << 22,
+                ..ShaperConfig::default()
+            },
             ..cfg(10_000)
         });
         let root = b.root(NodeSpec::new("root", PolicyKind::Fifo).rate(rate, burst));
@@ -246,12 +327,22 @@ fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
                 bytes += len;
                 let w = at - sent[i].0 + slot;
                 let allowed = burst + 1000 + rate.bytes_in(w);
-                assert!(bytes <= allowed, "{rate}: {bytes} B within {w} ns, allowed {allowed}");
+                assert!(
+                    bytes <= allowed,
+                    "{rate}: {bytes} B within {w} ns, allowed {allowed}"
+                );
             }
         }
         // And right at t0, no more than the burst (plus the packet that crosses it).
-        let at_once: u64 = sent.iter().filter(|(at, _)| *at == t0).map(|(_, l)| l).sum();
-        assert!(at_once <= burst + 1000, "{rate}: {at_once} B at once after idle");
+        let at_once: u64 = sent
+            .iter()
+            .filter(|(at, _)| *at == t0)
+            .map(|(_, l)| l)
+            .sum();
+        assert!(
+            at_once <= burst + 1000,
+            "{rate}: {at_once} B at once after idle"
+        );
     }
 }
 
@@ -269,7 +360,9 @@ fn pfabric_always_serves_the_flow_with_the_least_remaining_size() {
     for step in 0..20_000 {
         if rng.next_u64() % 3 != 0 || s.is_empty() {
             let f = rng.next_u64() % 50;
-            let rem = remaining.entry(f).or_insert_with(|| 1500 + rng.next_u64() % 10_000_000);
+            let rem = remaining
+                .entry(f)
+                .or_insert_with(|| 1500 + rng.next_u64() % 10_000_000);
             let len = 1500u32;
             let mut p = packet(token, 0, f, len);
             p.fields.remaining = *rem;
@@ -286,7 +379,11 @@ fn pfabric_always_serves_the_flow_with_the_least_remaining_size() {
             // Ranks keep 10 bits of mantissa: flows within 0.1% of each other may tie.
             for (g, other) in &queued {
                 if let Some(&m) = other.iter().min() {
-                    assert!(mine as f64 <= m as f64 * 1.001, "step {step}: served flow {} ({mine}) over flow {g} ({m})", d.flow);
+                    assert!(
+                        mine as f64 <= m as f64 * 1.001,
+                        "step {step}: served flow {} ({mine}) over flow {g} ({m})",
+                        d.flow
+                    );
                 }
             }
             let q = queued.get_mut(&d.flow).unwrap();
@@ -306,7 +403,11 @@ fn hclock_meets_reservations_and_shares_the_rest_by_weight() {
     // exactly 300 and B and C split the other 700 at 1:3.
     let mut b = TreeBuilder::new(cfg(10_000));
     let root = b.root(NodeSpec::new("root", PolicyKind::HClock));
-    let specs = [("a", 1u32, Some(Rate::mbit(300))), ("b", 1, None), ("c", 3, None)];
+    let specs = [
+        ("a", 1u32, Some(Rate::mbit(300))),
+        ("b", 1, None),
+        ("c", 3, None),
+    ];
     for (i, (name, w, r)) in specs.iter().enumerate() {
         let mut spec = NodeSpec::new(name, PolicyKind::Fifo).weight(*w);
         spec.member.reservation = *r;
@@ -318,18 +419,34 @@ fn hclock_meets_reservations_and_shares_the_rest_by_weight() {
     let deps = Host::new().run(&mut s, &flows, 4, Some(Rate::gbit(1)), S, S + S);
     let bytes = bytes_by(&deps, |d| d.class);
     let mbit = |c: u32| bytes[&c] as f64 * 8.0 / 1e6;
-    assert!((mbit(0) - 300.0).abs() < 3.0, "A at its reservation: {:.1} Mbit/s", mbit(0));
+    assert!(
+        (mbit(0) - 300.0).abs() < 3.0,
+        "A at its reservation: {:.1} Mbit/s",
+        mbit(0)
+    );
     assert!((mbit(1) - 175.0).abs() < 3.0, "B {:.1}", mbit(1));
     assert!((mbit(2) - 525.0).abs() < 5.0, "C {:.1}", mbit(2));
     // With a weight above its reservation's worth, A gets its weighted share instead.
     let mut b2 = TreeBuilder::new(cfg(10_000));
     let root = b2.root(NodeSpec::new("root", PolicyKind::HClock));
-    let a = b2.child(root, NodeSpec::new("a", PolicyKind::Fifo).weight(3).reservation(Rate::mbit(100)));
+    let a = b2.child(
+        root,
+        NodeSpec::new("a", PolicyKind::Fifo)
+            .weight(3)
+            .reservation(Rate::mbit(100)),
+    );
     let c = b2.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(1));
     b2.rule(vec![Match::Class(0)], a);
     b2.rule(vec![Match::Class(1)], c);
     let mut s = b2.build().unwrap();
-    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(1)), S, S + S);
+    let deps = Host::new().run(
+        &mut s,
+        &[(0, 0, 1500), (1, 1, 1500)],
+        4,
+        Some(Rate::gbit(1)),
+        S,
+        S + S,
+    );
     let bytes = bytes_by(&deps, |d| d.class);
     let a_mbit = bytes[&0] as f64 * 8.0 / 1e6;
     assert!((a_mbit - 750.0).abs() < 8.0, "A by weight: {a_mbit:.1}");
@@ -341,16 +458,41 @@ fn htb_guarantees_rates_and_lends_up_to_ceilings() {
     // bronze gets its 100 plus borrowing up to its 250 ceiling; gold the rest (750).
     let mut b = TreeBuilder::new(cfg(10_000));
     let root = b.root(NodeSpec::new("root", PolicyKind::Htb));
-    let gold = b.child(root, NodeSpec::new("gold", PolicyKind::Fifo).reservation(Rate::mbit(600)).rate(Rate::gbit(1), 15_000));
-    let bronze = b.child(root, NodeSpec::new("bronze", PolicyKind::Fifo).reservation(Rate::mbit(100)).rate(Rate::mbit(250), 15_000));
+    let gold = b.child(
+        root,
+        NodeSpec::new("gold", PolicyKind::Fifo)
+            .reservation(Rate::mbit(600))
+            .rate(Rate::gbit(1), 15_000),
+    );
+    let bronze = b.child(
+        root,
+        NodeSpec::new("bronze", PolicyKind::Fifo)
+            .reservation(Rate::mbit(100))
+            .rate(Rate::mbit(250), 15_000),
+    );
     b.rule(vec![Match::Class(0)], gold);
     b.rule(vec![Match::Class(1)], bronze);
     let mut s = b.build().unwrap();
-    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 8, Some(Rate::gbit(1)), S, S + S);
+    let deps = Host::new().run(
+        &mut s,
+        &[(0, 0, 1500), (1, 1, 1500)],
+        8,
+        Some(Rate::gbit(1)),
+        S,
+        S + S,
+    );
     let bytes = bytes_by(&deps, |d| d.class);
     let mbit = |c: u32| bytes[&c] as f64 * 8.0 / 1e6;
-    assert!((mbit(1) - 250.0).abs() < 5.0, "bronze at its ceiling: {:.1}", mbit(1));
-    assert!((mbit(0) - 750.0).abs() < 10.0, "gold takes the rest: {:.1}", mbit(0));
+    assert!(
+        (mbit(1) - 250.0).abs() < 5.0,
+        "bronze at its ceiling: {:.1}",
+        mbit(1)
+    );
+    assert!(
+        (mbit(0) - 750.0).abs() < 10.0,
+        "gold takes the rest: {:.1}",
+        mbit(0)
+    );
     // Bronze alone: capped at its ceiling, not the link.
     let mut s2 = b.build().unwrap();
     let deps = Host::new().run(&mut s2, &[(1, 1, 1500)], 8, Some(Rate::gbit(1)), S, S + S);
@@ -367,8 +509,18 @@ fn strict_priority_serves_high_before_low() {
     b.rule(vec![Match::Class(0)], hi);
     b.rule(vec![Match::Class(1)], lo);
     let mut s = b.build().unwrap();
-    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500)], 4, Some(Rate::gbit(1)), S, S + 10 * MS);
-    assert!(deps.iter().all(|d| d.class == 0), "low priority never served while high is backlogged");
+    let deps = Host::new().run(
+        &mut s,
+        &[(0, 0, 1500), (1, 1, 1500)],
+        4,
+        Some(Rate::gbit(1)),
+        S,
+        S + 10 * MS,
+    );
+    assert!(
+        deps.iter().all(|d| d.class == 0),
+        "low priority never served while high is backlogged"
+    );
 }
 
 #[test]
@@ -417,7 +569,16 @@ fn edf_and_lstf_order_by_deadline_and_slack() {
 #[test]
 fn no_reordering_within_a_flow() {
     // Every policy that keeps flows in order, under a WFQ root with a rate-limited class.
-    for policy in [PolicyKind::Fifo, PolicyKind::Prio, PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::Fq, PolicyKind::Pfabric, PolicyKind::Lqf, PolicyKind::HClock] {
+    for policy in [
+        PolicyKind::Fifo,
+        PolicyKind::Prio,
+        PolicyKind::Wfq,
+        PolicyKind::Drr,
+        PolicyKind::Fq,
+        PolicyKind::Pfabric,
+        PolicyKind::Lqf,
+        PolicyKind::HClock,
+    ] {
         let mut b = TreeBuilder::new(cfg(10_000));
         let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
         let a = b.child(root, NodeSpec::new("a", policy).rate(Rate::mbit(500), 3000));
@@ -427,14 +588,28 @@ fn no_reordering_within_a_flow() {
         let mut s = b.build().unwrap();
         let mut host = Host::new();
         for f in 0..10u64 {
-            host.fields_of.insert(f, Fields { remaining: 1_000_000 - f, priority: (f % 3) as u8, ..Fields::default() });
+            host.fields_of.insert(
+                f,
+                Fields {
+                    remaining: 1_000_000 - f,
+                    priority: (f % 3) as u8,
+                    ..Fields::default()
+                },
+            );
         }
-        let flows: Vec<(u64, u32, u32)> = (0..10).map(|f| (f, (f % 2) as u32, [1500, 200][f as usize % 2])).collect();
+        let flows: Vec<(u64, u32, u32)> = (0..10)
+            .map(|f| (f, (f % 2) as u32, [1500, 200][f as usize % 2]))
+            .collect();
         let deps = host.run(&mut s, &flows, 5, Some(Rate::gbit(1)), S, S + 20 * MS);
         let mut last: HashMap<u64, u64> = HashMap::new();
         for d in &deps {
             if let Some(prev) = last.insert(d.flow, d.token) {
-                assert!(d.token > prev, "{policy}: flow {} reordered ({} after {prev})", d.flow, d.token);
+                assert!(
+                    d.token > prev,
+                    "{policy}: flow {} reordered ({} after {prev})",
+                    d.flow,
+                    d.token
+                );
             }
         }
         assert!(deps.len() > 1000);
@@ -448,18 +623,40 @@ fn eiffel_fig47_two_limits_on_the_rightmost_leaf() {
     let mut b = TreeBuilder::new(cfg(10_000));
     let root = b.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::mbit(40), 3000));
     let left = b.child(root, NodeSpec::new("left", PolicyKind::Fifo));
-    let inner = b.child(root, NodeSpec::new("inner", PolicyKind::Wfq).rate(Rate::mbit(10), 3000));
+    let inner = b.child(
+        root,
+        NodeSpec::new("inner", PolicyKind::Wfq).rate(Rate::mbit(10), 3000),
+    );
     let mid = b.child(inner, NodeSpec::new("mid", PolicyKind::Fifo));
-    let right = b.child(inner, NodeSpec::new("right", PolicyKind::Fifo).rate(Rate::mbit(7), 3000));
+    let right = b.child(
+        inner,
+        NodeSpec::new("right", PolicyKind::Fifo).rate(Rate::mbit(7), 3000),
+    );
     for (c, n) in [(0u32, left), (1, mid), (2, right)] {
         b.rule(vec![Match::Class(c)], n);
     }
     let mut s = b.build().unwrap();
-    let deps = Host::new().run(&mut s, &[(0, 0, 1500), (1, 1, 1500), (2, 2, 1500)], 4, None, S, S + 2 * S);
-    let mbit = |c: u32| bytes_by(&deps, |d| d.class).get(&c).copied().unwrap_or(0) as f64 * 8.0 / 2e6;
-    assert!((mbit(2) - 5.0).abs() < 0.2, "right shares inner's 10 with mid: {:.2}", mbit(2));
+    let deps = Host::new().run(
+        &mut s,
+        &[(0, 0, 1500), (1, 1, 1500), (2, 2, 1500)],
+        4,
+        None,
+        S,
+        S + 2 * S,
+    );
+    let mbit =
+        |c: u32| bytes_by(&deps, |d| d.class).get(&c).copied().unwrap_or(0) as f64 * 8.0 / 2e6;
+    assert!(
+        (mbit(2) - 5.0).abs() < 0.2,
+        "right shares inner's 10 with mid: {:.2}",
+        mbit(2)
+    );
     assert!((mbit(1) - 5.0).abs() < 0.2, "mid: {:.2}", mbit(1));
-    assert!((mbit(0) - 30.0).abs() < 0.5, "left takes the rest of 40: {:.2}", mbit(0));
+    assert!(
+        (mbit(0) - 30.0).abs() < 0.5,
+        "left takes the rest of 40: {:.2}",
+        mbit(0)
+    );
     // With mid idle, right is held to its own 7 Mbit/s, under inner's 10.
     let mut s = b.build().unwrap();
     let deps = Host::new().run(&mut s, &[(2, 2, 1500)], 4, None, S, S + 2 * S);
@@ -469,21 +666,42 @@ fn eiffel_fig47_two_limits_on_the_rightmost_leaf() {
 
 #[test]
 fn rejections_are_typed_and_counted() {
-    let mut b = TreeBuilder::new(SchedConfig { capacity: 3, flows: 2, ..SchedConfig::default() });
+    let mut b = TreeBuilder::new(SchedConfig {
+        capacity: 3,
+        flows: 2,
+        ..SchedConfig::default()
+    });
     let root = b.root(NodeSpec::new("root", PolicyKind::Prio));
     let only = b.child(root, NodeSpec::new("only", PolicyKind::Fifo));
     b.rule(vec![Match::Class(1)], only);
     let mut s = b.build().unwrap();
     let reason = |r: Result<(), sluice_sched::Rejected>| r.unwrap_err().reason;
-    assert_eq!(reason(s.enqueue(0, &packet(0, 9, 1, 100))), RejectReason::NoClass);
-    assert_eq!(reason(s.enqueue(0, &packet(1, 1, 1, 0))), RejectReason::ZeroLength);
+    assert_eq!(
+        reason(s.enqueue(0, &packet(0, 9, 1, 100))),
+        RejectReason::NoClass
+    );
+    assert_eq!(
+        reason(s.enqueue(0, &packet(1, 1, 1, 0))),
+        RejectReason::ZeroLength
+    );
     s.enqueue(0, &packet(2, 1, 1, 100)).unwrap();
     s.enqueue(0, &packet(3, 1, 2, 100)).unwrap();
-    assert_eq!(reason(s.enqueue(0, &packet(4, 1, 3, 100))), RejectReason::FlowTableFull);
+    assert_eq!(
+        reason(s.enqueue(0, &packet(4, 1, 3, 100))),
+        RejectReason::FlowTableFull
+    );
     s.enqueue(0, &packet(5, 1, 2, 100)).unwrap();
-    assert_eq!(reason(s.enqueue(0, &packet(6, 1, 2, 100))), RejectReason::BufferFull);
+    assert_eq!(
+        reason(s.enqueue(0, &packet(6, 1, 2, 100))),
+        RejectReason::BufferFull
+    );
     let st = s.stats();
-    for r in [RejectReason::NoClass, RejectReason::ZeroLength, RejectReason::FlowTableFull, RejectReason::BufferFull] {
+    for r in [
+        RejectReason::NoClass,
+        RejectReason::ZeroLength,
+        RejectReason::FlowTableFull,
+        RejectReason::BufferFull,
+    ] {
         assert_eq!(st.rejected(r), 1, "{r:?}");
     }
     // A flow that emptied gives its slot to a new one.
@@ -499,7 +717,11 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
             shaper: ShaperConfig {
                 slot_ns: 1024,
                 slots: 1024,
-                beyond_horizon: if reject { sluice_queue::Overflow::Reject } else { sluice_queue::Overflow::Clamp },
+                beyond_horizon: if reject {
+                    sluice_queue::Overflow::Reject
+                } else {
+                    sluice_queue::Overflow::Clamp
+                },
                 ..ShaperConfig::default()
             },
             ..cfg(100)
@@ -558,7 +780,11 @@ fn rates_and_weights_change_at_run_time() {
     s.set_rate(0 as NodeId, Some(Rate::mbit(200)), 0);
     s.set_weight(a, 3);
     let second = host.run(&mut s, &[], 0, None, 2 * S, 3 * S);
-    assert!((total(&second) / 1e6 - 200.0).abs() < 2.0, "{}", total(&second) / 1e6);
+    assert!(
+        (total(&second) / 1e6 - 200.0).abs() < 2.0,
+        "{}",
+        total(&second) / 1e6
+    );
     let by = bytes_by(&second, |d| d.class);
     let ratio = by[&0] as f64 / by[&1] as f64;
     assert!((ratio - 3.0).abs() < 0.05, "weights 3:1 -> {ratio:.3}");

@@ -35,13 +35,21 @@ static GLOBAL: Counting = Counting;
 fn no_allocation_per_packet_after_construction() {
     // Every kind of node: per-packet internal WFQ with a limited class, per-flow FQ with pacing,
     // hClock dual queues, pFabric, LSTF on an approximate queue.
-    let mut b = TreeBuilder::new(SchedConfig { capacity: 4096, flows: 256, max_packet: 9000, ..SchedConfig::default() });
+    let mut b = TreeBuilder::new(SchedConfig {
+        capacity: 4096,
+        flows: 256,
+        max_packet: 9000,
+        ..SchedConfig::default()
+    });
     let root = b.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::gbit(10), 30_000));
     let mut fq = NodeSpec::new("fq", PolicyKind::Fq);
     fq.flow_rate = Some(Rate::mbit(200));
     let leaves = [
         b.child(root, fq),
-        b.child(root, NodeSpec::new("hclock", PolicyKind::HClock).rate(Rate::gbit(2), 9000)),
+        b.child(
+            root,
+            NodeSpec::new("hclock", PolicyKind::HClock).rate(Rate::gbit(2), 9000),
+        ),
         b.child(root, NodeSpec::new("pfabric", PolicyKind::Pfabric)),
         b.child(root, NodeSpec::new("lstf", PolicyKind::Lstf)),
     ];
@@ -53,7 +61,13 @@ fn no_allocation_per_packet_after_construction() {
     let mut now = 1_000_000_000u64;
     let mut run = |s: &mut sluice_sched::Scheduler, steps: u64| {
         for token in 0..steps {
-            let mut p = Packet { token, len: 64 + (rng.next_u64() % 9000) as u32, flow: rng.next_u64() % 300, class: Some((rng.next_u64() % 4) as u32), ..Packet::default() };
+            let mut p = Packet {
+                token,
+                len: 64 + (rng.next_u64() % 9000) as u32,
+                flow: rng.next_u64() % 300,
+                class: Some((rng.next_u64() % 4) as u32),
+                ..Packet::default()
+            };
             p.fields.remaining = 1 + rng.next_u64() % 10_000_000;
             p.fields.slack = rng.next_u64() % 1_000_000;
             let _ = s.enqueue(now, &p);
@@ -68,6 +82,11 @@ fn no_allocation_per_packet_after_construction() {
     let before = ALLOCS.load(Ordering::Relaxed);
     run(&mut s, 100_000);
     let after = ALLOCS.load(Ordering::Relaxed);
-    assert_eq!(after, before, "{} allocations during 100k enqueues and 200k dequeues", after - before);
+    assert_eq!(
+        after,
+        before,
+        "{} allocations during 100k enqueues and 200k dequeues",
+        after - before
+    );
     assert!(s.stats().enqueued > 50_000);
 }

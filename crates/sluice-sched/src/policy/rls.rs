@@ -45,7 +45,14 @@ impl Rls {
     /// `reservation_too`; and the share queue's virtual time only if the share queue served it
     /// (`from` = 1): SFQ's virtual time is the start tag of what the *share* phase serves, and
     /// letting reservation service move it would reset everyone's tags to the reserved member's.
-    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta, reservation_too: bool, from: usize) {
+    fn charge(
+        &mut self,
+        tags: &mut Tags,
+        cfg: &MemberCfg,
+        sent: &Meta,
+        reservation_too: bool,
+        from: usize,
+    ) {
         if let (Some(res), true) = (cfg.reservation, reservation_too) {
             tags.a += res.tx_time_ns(u64::from(sent.len));
         }
