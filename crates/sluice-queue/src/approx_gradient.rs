@@ -234,7 +234,7 @@ impl<T: Copy> FixedRangeQueue<T, ApproxGradient> {
     pub fn new(cfg: RangeConfig, alpha: u32) -> Result<Self, ConfigError> {
         let index = ApproxGradient::new(alpha, cfg.buckets)?;
         let g = cfg.validate(usize::MAX)?;
-        Ok(Self::from_parts(&cfg, g, index))
+        Self::from_parts(&cfg, g, index)
     }
 
     /// Worst order error of a pop, in buckets.

@@ -48,9 +48,14 @@ impl<T: Copy> BinaryHeapQueue<T> {
     /// An empty heap for up to `capacity` items.
     pub fn new(capacity: usize) -> Result<Self, ConfigError> {
         check_capacity(capacity)?;
+        let mut heap = BinaryHeap::new();
+        heap.try_reserve_exact(2 * capacity + 64).map_err(|_| ConfigError::OutOfMemory {
+            what: "heap entries",
+            bytes: (2 * capacity as u64 + 64) * 16,
+        })?;
         Ok(BinaryHeapQueue {
-            heap: BinaryHeap::with_capacity(2 * capacity + 64),
-            slab: Slab::new(capacity),
+            heap,
+            slab: Slab::new(capacity)?,
             tombstones: 0,
             seq: 0,
             stats: QueueStats::default(),

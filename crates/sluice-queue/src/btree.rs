@@ -23,7 +23,7 @@ impl<T: Copy> BTreeQueue<T> {
         check_capacity(capacity)?;
         Ok(BTreeQueue {
             tree: BTreeMap::new(),
-            slab: Slab::new(capacity),
+            slab: Slab::new(capacity)?,
             seq: 0,
             stats: QueueStats::default(),
         })

@@ -109,6 +109,6 @@ impl<T: Copy> FixedRangeQueue<T, HeapIndex> {
     /// A bucket-heap queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(MAX_BUCKETS)?;
-        Ok(Self::from_parts(&cfg, g, HeapIndex::new(cfg.buckets)))
+        Self::from_parts(&cfg, g, HeapIndex::new(cfg.buckets))
     }
 }

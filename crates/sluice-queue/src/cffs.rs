@@ -117,7 +117,7 @@ impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
         check_buckets(cfg.buckets, MAX_BUCKETS / 2)?;
         check_capacity(cfg.capacity)?;
         Ok(CircularQueue {
-            store: BucketStore::new(2 * cfg.buckets, cfg.capacity),
+            store: BucketStore::new(2 * cfg.buckets, cfg.capacity)?,
             ranges: [index(cfg.buckets), index(cfg.buckets)],
             primary: 0,
             base: 0,

@@ -42,6 +42,14 @@ pub enum ConfigError {
         /// Supported maximum.
         max: u64,
     },
+    /// The memory the configuration needs could not be reserved.
+    #[error("cannot reserve memory for {what} ({bytes} bytes); use a smaller capacity or fewer buckets")]
+    OutOfMemory {
+        /// What was being reserved.
+        what: &'static str,
+        /// How much.
+        bytes: u64,
+    },
     /// The approximate gradient queue's alpha must be in its supported range.
     #[error("alpha must be between 1 and {max}, got {alpha}")]
     BadAlpha {
@@ -90,6 +98,23 @@ pub struct StaleHandle;
 /// Largest capacity any queue accepts: handles address 2^29 chunks of 8 entries, and the
 /// slab-based baselines 2^32 - 1 entries; 2^29 items keeps one limit for all.
 pub(crate) const MAX_CAPACITY: usize = 1 << 29;
+
+/// An empty vector with room for `n` items, or `OutOfMemory` (instead of aborting the process).
+pub(crate) fn reserved<T>(n: usize, what: &'static str) -> Result<Vec<T>, ConfigError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| ConfigError::OutOfMemory {
+        what,
+        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    Ok(v)
+}
+
+/// `n` copies of `value`, or `OutOfMemory`.
+pub(crate) fn filled<T: Clone>(n: usize, value: T, what: &'static str) -> Result<Vec<T>, ConfigError> {
+    let mut v = reserved(n, what)?;
+    v.resize(n, value);
+    Ok(v)
+}
 
 pub(crate) fn check_capacity(capacity: usize) -> Result<(), ConfigError> {
     if capacity == 0 {

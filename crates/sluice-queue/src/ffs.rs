@@ -74,6 +74,6 @@ impl<T: Copy> FixedRangeQueue<T, FlatBitmap> {
     /// A flat FFS queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(FFS_MAX_BUCKETS)?;
-        Ok(Self::from_parts(&cfg, g, FlatBitmap::new(cfg.buckets)))
+        Self::from_parts(&cfg, g, FlatBitmap::new(cfg.buckets))
     }
 }

@@ -140,15 +140,19 @@ pub struct FixedRangeQueue<T, I> {
 
 impl<T: Copy, I: BucketIndex> FixedRangeQueue<T, I> {
     /// Build from a validated configuration and an index over `cfg.buckets` buckets.
-    pub(crate) fn from_parts(cfg: &RangeConfig, granularity: Granularity, index: I) -> Self {
-        FixedRangeQueue {
-            store: BucketStore::new(cfg.buckets, cfg.capacity),
+    pub(crate) fn from_parts(
+        cfg: &RangeConfig,
+        granularity: Granularity,
+        index: I,
+    ) -> Result<Self, ConfigError> {
+        Ok(FixedRangeQueue {
+            store: BucketStore::new(cfg.buckets, cfg.capacity)?,
             index,
             base: cfg.base,
             granularity,
             overflow: cfg.overflow,
             stats: QueueStats::default(),
-        }
+        })
     }
 
     /// The bucket for `rank`, or `None` if it is out of range and rejected.

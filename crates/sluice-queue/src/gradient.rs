@@ -145,7 +145,7 @@ impl<T: Copy> FixedRangeQueue<T, GradientIndex> {
     /// An exact gradient queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(MAX_BUCKETS)?;
-        Ok(Self::from_parts(&cfg, g, GradientIndex::new(cfg.buckets)))
+        Self::from_parts(&cfg, g, GradientIndex::new(cfg.buckets))
     }
 }
 

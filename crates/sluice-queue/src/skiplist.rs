@@ -41,7 +41,7 @@ impl<T: Copy> SkipListQueue<T> {
     /// An empty skip list for up to `capacity` items.
     pub fn new(capacity: usize) -> Result<Self, ConfigError> {
         check_capacity(capacity)?;
-        let nodes = Vec::with_capacity(capacity + 1);
+        let nodes = crate::error::reserved(capacity + 1, "skip list nodes")?;
         Ok(SkipListQueue {
             nodes,
             free: NIL,

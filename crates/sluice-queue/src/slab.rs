@@ -1,7 +1,8 @@
 //! A fixed-capacity slab with generation-checked handles, for the baselines that keep their
 //! items outside their ordering structure (binary heap, B-tree).
 
-use crate::Handle;
+use crate::error::reserved;
+use crate::{ConfigError, Handle};
 use std::num::NonZeroU32;
 
 struct Slot<V> {
@@ -18,13 +19,13 @@ pub(crate) struct Slab<V> {
 }
 
 impl<V: Copy> Slab<V> {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Slab {
-            slots: Vec::with_capacity(capacity),
-            free: Vec::with_capacity(capacity),
+    pub(crate) fn new(capacity: usize) -> Result<Self, ConfigError> {
+        Ok(Slab {
+            slots: reserved(capacity, "slab slots")?,
+            free: reserved(capacity, "slab free list")?,
             len: 0,
             capacity,
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {

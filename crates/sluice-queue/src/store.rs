@@ -28,7 +28,8 @@
 //! - `len` is the number of live entries on all lists.
 //! - every chunk is either on exactly one bucket list or on the free stack.
 
-use crate::{Entry, Handle, PushError, QueueStats, Rank, StaleHandle};
+use crate::error::{filled, reserved};
+use crate::{ConfigError, Entry, Handle, PushError, QueueStats, Rank, StaleHandle};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -119,20 +120,20 @@ fn bump(generation: NonZeroU32) -> NonZeroU32 {
 }
 
 impl<T: Copy> BucketStore<T> {
-    /// A store of `buckets` empty buckets able to hold `capacity` items.
+    /// A store of `buckets` empty buckets able to hold `capacity` items, or `OutOfMemory`.
     /// Callers validate `capacity <= MAX_CHUNKS` and `buckets <= u32::MAX`.
-    pub(crate) fn new(buckets: usize, capacity: usize) -> Self {
+    pub(crate) fn new(buckets: usize, capacity: usize) -> Result<Self, ConfigError> {
         debug_assert!(capacity <= MAX_CHUNKS && buckets < NIL as usize);
-        BucketStore {
+        Ok(BucketStore {
             // Worst case one live item per chunk; reserved now, touched only when used.
-            chunks: Vec::with_capacity(capacity),
+            chunks: reserved(capacity, "queue chunks")?,
             free: NIL,
-            lists: vec![EMPTY_LIST; buckets],
+            lists: filled(buckets, EMPTY_LIST, "queue buckets")?,
             len: 0,
             capacity,
             seed: next_seed(),
             stats: QueueStats::default(),
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -376,7 +377,7 @@ mod tests {
 
     #[test]
     fn fifo_within_a_bucket_across_chunks() {
-        let mut s = BucketStore::new(2, 100);
+        let mut s = BucketStore::new(2, 100).unwrap();
         for i in 0..20u32 {
             s.push_back(1, u64::from(i), i).unwrap();
         }
@@ -391,7 +392,7 @@ mod tests {
 
     #[test]
     fn remove_frees_dead_chunks_and_rejects_stale_handles() {
-        let mut s = BucketStore::new(1, 100);
+        let mut s = BucketStore::new(1, 100).unwrap();
         let hs: Vec<_> = (0..24u32).map(|i| s.push_back(0, 0, i).unwrap()).collect();
         // Kill the whole middle chunk: it must be unlinked at once.
         for h in &hs[8..16] {
@@ -414,7 +415,7 @@ mod tests {
 
     #[test]
     fn full_store_refuses() {
-        let mut s = BucketStore::new(3, 2);
+        let mut s = BucketStore::new(3, 2).unwrap();
         assert!(s.push_back(0, 0, 1u32).is_ok());
         assert!(s.push_back(2, 0, 2u32).is_ok());
         assert!(s.push_back(1, 0, 3u32).is_err());
@@ -423,8 +424,8 @@ mod tests {
 
     #[test]
     fn handles_of_two_stores_differ() {
-        let mut a = BucketStore::new(1, 4);
-        let mut b = BucketStore::new(1, 4);
+        let mut a = BucketStore::new(1, 4).unwrap();
+        let mut b = BucketStore::new(1, 4).unwrap();
         let ha = a.push_back(0, 0, 1u32).unwrap();
         let _hb = b.push_back(0, 0, 2u32).unwrap();
         assert!(b.remove(ha).is_err(), "foreign handle must be stale");

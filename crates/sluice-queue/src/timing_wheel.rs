@@ -81,7 +81,7 @@ impl<T: Copy> TimingWheel<T> {
         check_capacity(cfg.capacity)?;
         let front = granularity.bucket(cfg.start_ns);
         Ok(TimingWheel {
-            store: BucketStore::new(cfg.slots, cfg.capacity),
+            store: BucketStore::new(cfg.slots, cfg.capacity)?,
             occupied: HierBitmap::new(cfg.slots),
             front,
             front_pos: (front % cfg.slots as u64) as usize,

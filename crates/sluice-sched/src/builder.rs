@@ -21,6 +21,10 @@ use crate::units::Rate;
 use sluice_queue::approx_gradient::Window;
 use sluice_queue::{ConfigError, Overflow, QueueKind, QueueSpec};
 
+/// Most packets (and flows) a scheduler holds: 2^24. Every per-packet node reserves room for all
+/// of them, so larger would mean gigabytes of reservations per node.
+pub const MAX_PACKETS: usize = 1 << 24;
+
 /// Which queue a node uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum QueueChoice {
@@ -208,6 +212,9 @@ pub enum BuildError {
     /// The shaper cannot be built.
     #[error("shaper: {0}")]
     Shaper(ConfigError),
+    /// The packet, flow or record tables cannot be reserved.
+    #[error("cannot reserve memory for {0} packets and flows; lower `capacity` or `flows`")]
+    OutOfMemory(usize),
 }
 
 /// One node, validated, with everything needed to build it.
@@ -308,9 +315,9 @@ impl TreeBuilder {
                 "capacity and flows must be at least 1".into(),
             ));
         }
-        if self.cfg.capacity > 1 << 28 || self.cfg.flows > 1 << 28 {
+        if self.cfg.capacity > MAX_PACKETS || self.cfg.flows > MAX_PACKETS {
             return Err(BuildError::Invalid(
-                "capacity and flows must be at most 2^28".into(),
+                "capacity and flows must be at most 2^24".into(),
             ));
         }
         if self.cfg.max_packet == 0 {
@@ -494,7 +501,7 @@ impl TreeBuilder {
             .collect::<Result<Vec<_>, _>>()
             .map_err(BuildError::Shaper)?;
         let shaper = plan.shaper.build::<u32>().map_err(BuildError::Shaper)?;
-        Ok(Scheduler::from_parts(
+        Scheduler::from_parts(
             nodes,
             plan.classifier,
             plan.capacity,
@@ -502,7 +509,8 @@ impl TreeBuilder {
             (shaper, plan.shaper),
             plan.horizon_ns,
             plan.beyond_horizon,
-        ))
+        )
+        .map_err(|_| BuildError::OutOfMemory(plan.capacity.max(plan.flows)))
     }
 }
 

@@ -1,1 +1,1841 @@
-//! Policy files: TOML descriptions of a scheduler, compiled to a [`crate::TreeBuilder`].
+//! Policy files: a scheduler described in TOML (its tree, each node's policy, queue and rate
+//! limits, the classifier and the shaper), validated with `FILE:LINE:COL` errors and compiled
+//! to a [`TreeBuilder`].
+//!
+//! [`compile_str`] / [`compile_file`] return the builder and its [`SchedConfig`] (so tests can
+//! also build the reference oracle from it); [`build_str`] / [`build_file`] return the
+//! [`Scheduler`]. Compiling validates everything the builder validates, so a file that
+//! compiles builds. Nothing here panics on any input: every problem is a [`PolicyError`] naming
+//! the file, the line (and column), what is wrong and what was expected. Cost: linear in the
+//! file, plus building each node's queue once to check it (as [`TreeBuilder::build`] does).
+//!
+//! # Format
+//!
+//! Every key is optional unless marked required; unknown keys are errors. The full reference,
+//! with every error explained, is `docs/policy-files.md`.
+//!
+//! ```toml
+//! [scheduler]                 # optional; defaults shown
+//! capacity = 65536            # packets held at once (1..=2^24)
+//! flows = 65536               # flow table slots (1..=2^24)
+//! max_packet = "64KiB"        # largest packet expected (size, 1 B..=4 GiB - 1)
+//! default = "bronze"          # leaf for packets no rule matches; omit to reject them
+//!
+//! [shaper]                    # optional; defaults: 1024 ns slots, 2^20 of them (~1.07 s)
+//! slot = "1024ns"             # duration (units ns, us, ms, s)
+//! horizon = "1s"              # duration; slots = ceil(horizon / slot), 1..=2^24 of them
+//! beyond_horizon = "clamp"    # or "reject"
+//! queue = "timing_wheel"      # a queue kind name
+//!
+//! [[node]]
+//! name = "root"               # required, unique
+//! policy = "wfq"              # required: fifo prio wfq drr edf lstf pfabric (srpt) lqf hclock htb fq
+//! parent = "root"             # omitted only for the one root
+//! queue = "auto"              # or a kind like "cffs", or { kind = "cffs", buckets = 4096, granularity = 1024 }
+//! rate = "1Gbit"              # rate limit on what leaves this node (HTB: ceil; hClock: limit)
+//! burst = "15KB"              # burst of that limit (size; default 0; needs `rate`)
+//! weight = 3                  # share in its parent (1..=65536; default 1)
+//! priority = 0                # level in a prio parent (0..=255)
+//! quantum = "3028B"           # DRR/FQ quantum in its parent (size)
+//! reservation = "100Mbit"     # hClock reservation / HTB guaranteed rate, in its parent
+//! flow_rate = "10Mbit"        # leaves only: pacing rate of every flow
+//! flow_burst = "3KB"          # leaves only (needs `flow_rate`)
+//! flow_weight = 1             # leaves only
+//! flow_quantum = "3028B"      # leaves only
+//! flow_reservation = "1Mbit"  # leaves only
+//!
+//! [[classify]]                # rules, tried in file order; every condition given must hold
+//! to = "gold"                 # required: a leaf
+//! class = 1                   # host-given class id (0..=2^32-1)
+//! dscp = 46                   # 0..=63
+//! vlan = 100                  # 0..=4095
+//! proto = "tcp"               # "tcp", "udp", "icmp", "icmpv6" or 0..=255
+//! src = "10.0.0.0/8"          # address or CIDR prefix (v4 or v6; host bits zero)
+//! dst = "fd00::/8"
+//! sport = 5000                # port or "lo-hi" range
+//! dport = "5000-5999"
+//! ```
+//!
+//! Rates are [`Rate::parse`] strings (`10Mbit`, `1.5Gbit`: bits per second), sizes
+//! [`units::parse_size`] strings or whole numbers of bytes, durations
+//! [`units::parse_duration`] strings. Nodes may be listed in any order; they are added to the
+//! builder parents first (breadth first, children in file order).
+
+use crate::builder::{BuildError, NodeSpec, QueueChoice, SchedConfig, ShaperConfig, TreeBuilder};
+use crate::classify::Match;
+use crate::policy::{MAX_WEIGHT, MemberCfg, PolicyKind};
+use crate::tree::{MAX_DEPTH, NodeId, Scheduler};
+use crate::units::{self, Rate, UnitError};
+use serde::Deserialize;
+use sluice_queue::{Overflow, QueueKind};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::Range;
+use std::path::Path;
+use toml::{Spanned, Value};
+
+/// Most packets (`capacity`) and flow-table slots (`flows`) a policy file may ask for.
+pub const MAX_COUNT: u64 = crate::builder::MAX_PACKETS as u64;
+
+/// Most buckets in a node's queue, and most shaper slots, a policy file may ask for.
+pub const MAX_BUCKETS: u64 = 1 << 24;
+
+/// Most nodes in a tree.
+const MAX_NODES: usize = u16::MAX as usize;
+
+/// A place in a policy file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file, as the caller named it.
+    pub file: String,
+    /// Line, from 1.
+    pub line: usize,
+    /// Column in characters, from 1, when known.
+    pub col: Option<usize>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)?;
+        if let Some(c) = self.col {
+            write!(f, ":{c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a policy file cannot be used. Displays as `FILE:LINE:COL: what is wrong; expected ...`
+/// (or `FILE: cannot read: ...`).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {error}")]
+    Io {
+        /// The file.
+        file: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The file's content is wrong.
+    #[error("{at}: {what}; expected {expected}")]
+    Invalid {
+        /// Where.
+        at: Location,
+        /// What is wrong.
+        what: String,
+        /// What would have been right.
+        expected: String,
+    },
+}
+
+impl PolicyError {
+    /// Where in the file the problem is (`None` for read errors).
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            PolicyError::Io { .. } => None,
+            PolicyError::Invalid { at, .. } => Some(at),
+        }
+    }
+}
+
+/// Compile policy file text (`file` names it in errors) to a builder and its configuration.
+pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
+    let cx = Ctx { text, file };
+    cx.compile()
+}
+
+/// Read and compile a policy file.
+pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| PolicyError::Io {
+        file: file.clone(),
+        error,
+    })?;
+    compile_str(&text, &file)
+}
+
+/// Compile policy file text and build its scheduler.
+pub fn build_str(text: &str, file: &str) -> Result<Scheduler, PolicyError> {
+    let (builder, _) = compile_str(text, file)?;
+    finish(builder, file)
+}
+
+/// Read a policy file and build its scheduler.
+pub fn build_file(path: &Path) -> Result<Scheduler, PolicyError> {
+    let (builder, _) = compile_file(path)?;
+    finish(builder, &path.display().to_string())
+}
+
+/// Build a compiled tree. Compiling already ran the builder's checks, so this fails only if the
+/// builder changed its mind (it names no line then).
+fn finish(builder: TreeBuilder, file: &str) -> Result<Scheduler, PolicyError> {
+    builder.build().map_err(|e| PolicyError::Invalid {
+        at: Location {
+            file: file.to_string(),
+            line: 1,
+            col: None,
+        },
+        what: e.to_string(),
+        expected: "a tree the scheduler can build".into(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file as TOML gives it: structure checked by serde (unknown keys are errors), every value
+// kept with its position and checked below.
+
+type Val = Option<Spanned<Value>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    scheduler: Option<Spanned<RawScheduler>>,
+    shaper: Option<Spanned<RawShaper>>,
+    #[serde(default)]
+    node: Vec<Spanned<RawNode>>,
+    #[serde(default)]
+    classify: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduler {
+    capacity: Val,
+    flows: Val,
+    max_packet: Val,
+    default: Val,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShaper {
+    slot: Val,
+    horizon: Val,
+    beyond_horizon: Val,
+    queue: Val,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Val,
+    policy: Val,
+    parent: Val,
+    queue: Option<Spanned<RawQueue>>,
+    rate: Val,
+    burst: Val,
+    weight: Val,
+    priority: Val,
+    quantum: Val,
+    reservation: Val,
+    flow_rate: Val,
+    flow_burst: Val,
+    flow_weight: Val,
+    flow_quantum: Val,
+    flow_reservation: Val,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    to: Val,
+    class: Val,
+    dscp: Val,
+    vlan: Val,
+    proto: Val,
+    src: Val,
+    dst: Val,
+    sport: Val,
+    dport: Val,
+}
+
+/// `queue = "cffs"` or `queue = { kind = "cffs", buckets = 4096, granularity = 1024 }`.
+enum RawQueue {
+    Name(String),
+    Table(RawQueueTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueueTable {
+    kind: Val,
+    buckets: Val,
+    granularity: Val,
+}
+
+impl<'de> Deserialize<'de> for RawQueue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawQueue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "`queue` = \"auto\", a queue kind like \"cffs\", or a table like \
+                     { kind = \"cffs\", buckets = 4096, granularity = 1024 }",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawQueue, E> {
+                Ok(RawQueue::Name(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<RawQueue, A::Error> {
+                RawQueueTable::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(RawQueue::Table)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions and errors.
+
+/// The file being compiled: its text (for positions) and its name (for messages).
+struct Ctx<'a> {
+    text: &'a str,
+    file: &'a str,
+}
+
+/// Line and column (both from 1, the column in characters) of byte `offset` in `text`.
+/// Offsets past the end or inside a character are tolerated.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |p| p + 1);
+    let col = before[start..]
+        .iter()
+        .filter(|&&b| b & 0xC0 != 0x80)
+        .count()
+        + 1;
+    (line, col)
+}
+
+impl Ctx<'_> {
+    fn err(
+        &self,
+        span: Range<usize>,
+        what: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> PolicyError {
+        let (line, col) = line_col(self.text, span.start);
+        PolicyError::Invalid {
+            at: Location {
+                file: self.file.to_string(),
+                line,
+                col: Some(col),
+            },
+            what: what.into(),
+            expected: expected.into(),
+        }
+    }
+
+    /// The source text of `span` (empty if the span is not in the text).
+    fn snippet(&self, span: Range<usize>) -> &str {
+        self.text.get(span).unwrap_or("")
+    }
+
+    /// A TOML syntax or structure error, reworded into "what; expected".
+    fn toml_error(&self, e: &toml::de::Error) -> PolicyError {
+        let span = e.span().unwrap_or(0..0);
+        let message = e.message().trim().replace('\n', "; ");
+        let (mut what, mut expected) = match message.split_once(", expected ") {
+            Some((w, x)) => (w.to_string(), x.to_string()),
+            None => match message.strip_prefix("expected ") {
+                Some(x) => ("invalid TOML".to_string(), x.to_string()),
+                None => (message.clone(), "valid TOML (https://toml.io)".to_string()),
+            },
+        };
+        if let Some(key) = what.strip_prefix("unknown field ") {
+            what = format!("unknown key {key}");
+            expected = format!("a known key here: {expected}");
+        } else if what == "duplicate key" {
+            what = format!("duplicate key `{}`", self.snippet(span.clone()));
+            expected = "each key at most once in a table".into();
+        }
+        if what == "invalid type: map" && expected == "a sequence" {
+            what = format!("`{}` is a single table", self.snippet(span.clone()));
+        }
+        for (serde_name, ours) in [
+            (
+                "a sequence",
+                "an array of tables: `[[node]]` or `[[classify]]` (double brackets)",
+            ),
+            ("struct RawScheduler", "a `[scheduler]` table"),
+            ("struct RawShaper", "a `[shaper]` table"),
+            ("struct RawNode", "a table: one `[[node]]` per node"),
+            ("struct RawRule", "a table: one `[[classify]]` per rule"),
+            ("struct RawQueueTable", "a table"),
+            ("struct RawFile", "a table"),
+        ] {
+            if expected == serde_name {
+                expected = ours.to_string();
+            }
+        }
+        self.err(span, what, expected)
+    }
+
+    fn compile(&self) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
+        let raw: RawFile = toml::from_str(self.text).map_err(|e| self.toml_error(&e))?;
+        let (mut cfg, default) = self.scheduler(raw.scheduler.as_ref())?;
+        cfg.shaper = self.shaper(raw.shaper.as_ref())?;
+        let defs = raw
+            .node
+            .iter()
+            .map(|n| self.node(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tree = self.tree(&defs)?;
+
+        let mut b = TreeBuilder::new(cfg);
+        let mut ids: Vec<NodeId> = vec![0; defs.len()];
+        for &i in &tree.order {
+            let spec = defs[i].spec.clone();
+            ids[i] = match tree.parent[i] {
+                None => b.root(spec),
+                Some(p) => b.child(ids[p], spec),
+            };
+        }
+        let leaves: Vec<&str> = (0..defs.len())
+            .filter(|&i| tree.children[i].is_empty())
+            .map(|i| defs[i].spec.name.as_str())
+            .collect();
+        let lookup = |key: &str, v: &Spanned<Value>| -> Result<NodeId, PolicyError> {
+            let name = self.string(key, v, "the name of a leaf")?;
+            match tree.index.get(name) {
+                Some(&i) => Ok(ids[i]),
+                None => Err(self.err(
+                    v.span(),
+                    format!("`{key}` = {} names no node", show(v.get_ref())),
+                    format!("the name of a leaf: {}", list(&leaves)),
+                )),
+            }
+        };
+        for r in &raw.classify {
+            let (all, to) = self.rule(r)?;
+            b.rule(all, lookup("to", to)?);
+        }
+        if let Some(d) = &default {
+            b.default_leaf(lookup("default", d)?);
+        }
+        if let Err(e) = b.plan() {
+            return Err(self.build_error(e, &defs, &tree, &raw, default.as_ref(), &leaves));
+        }
+        Ok((b, cfg))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Sections.
+
+    fn scheduler(
+        &self,
+        raw: Option<&Spanned<RawScheduler>>,
+    ) -> Result<(SchedConfig, Option<Spanned<Value>>), PolicyError> {
+        let mut cfg = SchedConfig::default();
+        let Some(raw) = raw else {
+            return Ok((cfg, None));
+        };
+        let s = raw.get_ref();
+        if let Some(v) = &s.capacity {
+            cfg.capacity = self.int("capacity", v, 1, MAX_COUNT as i64)? as usize;
+        }
+        if let Some(v) = &s.flows {
+            cfg.flows = self.int("flows", v, 1, MAX_COUNT as i64)? as usize;
+        }
+        if let Some(v) = &s.max_packet {
+            cfg.max_packet = self.size("max_packet", v, 1, u64::from(u32::MAX))? as u32;
+        }
+        Ok((cfg, s.default.clone()))
+    }
+
+    fn shaper(&self, raw: Option<&Spanned<RawShaper>>) -> Result<ShaperConfig, PolicyError> {
+        let mut cfg = ShaperConfig::default();
+        let Some(raw) = raw else {
+            return Ok(cfg);
+        };
+        let s = raw.get_ref();
+        let default_horizon = cfg.horizon_ns();
+        let slot = match &s.slot {
+            Some(v) => self.duration("slot", v, 1)?,
+            None => cfg.slot_ns,
+        };
+        let horizon = match &s.horizon {
+            Some(v) => self.duration("horizon", v, 1)?,
+            None => default_horizon,
+        };
+        let slots = horizon.div_ceil(slot);
+        if slots > MAX_BUCKETS {
+            // Only a given `slot` or `horizon` can make too many slots.
+            let span = match (&s.horizon, &s.slot) {
+                (Some(v), _) | (None, Some(v)) => v.span(),
+                (None, None) => raw.span(),
+            };
+            return Err(self.err(
+                span,
+                format!("a {horizon} ns `horizon` in {slot} ns `slot`s is {slots} slots"),
+                format!(
+                    "at most {MAX_BUCKETS} slots (2^24): a longer `slot` or a shorter `horizon`"
+                ),
+            ));
+        }
+        cfg.slot_ns = slot;
+        cfg.slots = slots as usize;
+        if let Some(v) = &s.beyond_horizon {
+            const EXPECTED: &str = "\"clamp\" or \"reject\"";
+            cfg.beyond_horizon = match self.string("beyond_horizon", v, EXPECTED)? {
+                "clamp" => Overflow::Clamp,
+                "reject" => Overflow::Reject,
+                _ => {
+                    return Err(self.err(
+                        v.span(),
+                        format!("`beyond_horizon` = {} is not a choice", show(v.get_ref())),
+                        EXPECTED,
+                    ));
+                }
+            };
+        }
+        if let Some(v) = &s.queue {
+            let expected = format!("a queue kind: {}", queue_kinds());
+            let name = self.string("queue", v, &expected)?;
+            cfg.kind = name.parse().map_err(|_| {
+                self.err(
+                    v.span(),
+                    format!("`queue` = {} is not a queue kind", show(v.get_ref())),
+                    expected.clone(),
+                )
+            })?;
+        }
+        Ok(cfg)
+    }
+
+    fn node(&self, raw: &Spanned<RawNode>) -> Result<NodeDef, PolicyError> {
+        let n = raw.get_ref();
+        let header = raw.span();
+        let Some(name_v) = &n.name else {
+            return Err(self.err(
+                header,
+                "this `[[node]]` has no `name`",
+                "`name = \"...\"`, unique in the file",
+            ));
+        };
+        const NAME: &str = "a non-empty name without spaces or control characters";
+        let name = self.string("name", name_v, NAME)?;
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(self.err(
+                name_v.span(),
+                format!("`name` = {} is not a usable name", show(name_v.get_ref())),
+                NAME,
+            ));
+        }
+        let Some(policy_v) = &n.policy else {
+            return Err(self.err(
+                header,
+                format!("node `{name}` has no `policy`"),
+                format!("`policy = \"...\"`, one of {}", policy_names()),
+            ));
+        };
+        let policy = self.policy(policy_v)?;
+        let mut spec = NodeSpec::new(name, policy);
+        if let Some(q) = &n.queue {
+            spec.queue = self.queue(q)?;
+        }
+        if let Some(v) = &n.rate {
+            spec.rate = Some(self.rate("rate", v)?);
+        }
+        if let Some(v) = &n.burst {
+            spec.burst = self.size("burst", v, 0, u64::MAX)?;
+            if spec.rate.is_none() {
+                return Err(self.err(
+                    v.span(),
+                    format!("node `{name}` has a `burst` but no `rate`"),
+                    "`burst` together with the `rate` it applies to",
+                ));
+            }
+        }
+        spec.member = self.member("", &n.weight, &n.quantum, &n.reservation)?;
+        if let Some(v) = &n.priority {
+            spec.member.priority = Some(self.int("priority", v, 0, 255)? as u8);
+        }
+        spec.flows = self.member(
+            "flow_",
+            &n.flow_weight,
+            &n.flow_quantum,
+            &n.flow_reservation,
+        )?;
+        if let Some(v) = &n.flow_rate {
+            spec.flow_rate = Some(self.rate("flow_rate", v)?);
+        }
+        if let Some(v) = &n.flow_burst {
+            spec.flow_burst = self.size("flow_burst", v, 0, u64::MAX)?;
+            if spec.flow_rate.is_none() {
+                return Err(self.err(
+                    v.span(),
+                    format!("node `{name}` has a `flow_burst` but no `flow_rate`"),
+                    "`flow_burst` together with the `flow_rate` it applies to",
+                ));
+            }
+        }
+        let flow_key = [
+            ("flow_rate", &n.flow_rate),
+            ("flow_burst", &n.flow_burst),
+            ("flow_weight", &n.flow_weight),
+            ("flow_quantum", &n.flow_quantum),
+            ("flow_reservation", &n.flow_reservation),
+        ]
+        .into_iter()
+        .find_map(|(k, v)| v.as_ref().map(|v| (k, v.span())));
+        let parent = match &n.parent {
+            Some(v) => Some((
+                self.string("parent", v, "the name of another node")?
+                    .to_string(),
+                v.span(),
+            )),
+            None => None,
+        };
+        Ok(NodeDef {
+            spec,
+            header,
+            name_span: name_v.span(),
+            policy_span: policy_v.span(),
+            parent,
+            queue_span: n.queue.as_ref().map(|q| q.span()),
+            flow_key,
+        })
+    }
+
+    /// How a parent sees a member (keys `weight`, `quantum`, `reservation`), or how a leaf sees
+    /// each of its flows (the same keys with `prefix` "flow_").
+    fn member(
+        &self,
+        prefix: &str,
+        weight: &Val,
+        quantum: &Val,
+        reservation: &Val,
+    ) -> Result<MemberCfg, PolicyError> {
+        let mut m = MemberCfg::default();
+        if let Some(v) = weight {
+            m.weight = self.int(&format!("{prefix}weight"), v, 1, i64::from(MAX_WEIGHT))? as u32;
+        }
+        if let Some(v) = quantum {
+            m.quantum = self.size(&format!("{prefix}quantum"), v, 1, u64::from(u32::MAX))? as u32;
+        }
+        if let Some(v) = reservation {
+            m.reservation = Some(self.rate(&format!("{prefix}reservation"), v)?);
+        }
+        Ok(m)
+    }
+
+    fn policy(&self, v: &Spanned<Value>) -> Result<PolicyKind, PolicyError> {
+        let expected = format!("one of {}", policy_names());
+        let name = self.string("policy", v, &expected)?;
+        PolicyKind::from_name(name).ok_or_else(|| {
+            self.err(
+                v.span(),
+                format!("`policy` = {} is not a known policy", show(v.get_ref())),
+                expected.clone(),
+            )
+        })
+    }
+
+    fn queue(&self, q: &Spanned<RawQueue>) -> Result<QueueChoice, PolicyError> {
+        let kind_expected = || format!("\"auto\" or a queue kind: {}", queue_kinds());
+        match q.get_ref() {
+            RawQueue::Name(name) if name == "auto" => Ok(QueueChoice::Auto),
+            RawQueue::Name(name) => match name.parse::<QueueKind>() {
+                Ok(kind) => Ok(QueueChoice::Kind {
+                    kind,
+                    buckets: None,
+                    granularity: None,
+                }),
+                Err(_) => Err(self.err(
+                    q.span(),
+                    format!(
+                        "`queue` = {} is not a queue kind",
+                        show(&Value::String(name.clone()))
+                    ),
+                    kind_expected(),
+                )),
+            },
+            RawQueue::Table(t) => {
+                let Some(kind_v) = &t.kind else {
+                    return Err(self.err(
+                        q.span(),
+                        "the `queue` table has no `kind`",
+                        format!("`kind = \"...\"`, a queue kind: {}", queue_kinds()),
+                    ));
+                };
+                let expected = format!("a queue kind: {}", queue_kinds());
+                let kind = self
+                    .string("kind", kind_v, &expected)?
+                    .parse::<QueueKind>()
+                    .map_err(|_| {
+                        self.err(
+                            kind_v.span(),
+                            format!("`kind` = {} is not a queue kind", show(kind_v.get_ref())),
+                            expected.clone(),
+                        )
+                    })?;
+                let buckets = match &t.buckets {
+                    Some(v) => Some(self.int("buckets", v, 1, MAX_BUCKETS as i64)? as usize),
+                    None => None,
+                };
+                let granularity = match &t.granularity {
+                    Some(v) => Some(self.int("granularity", v, 1, i64::MAX)? as u64),
+                    None => None,
+                };
+                Ok(QueueChoice::Kind {
+                    kind,
+                    buckets,
+                    granularity,
+                })
+            }
+        }
+    }
+
+    /// A rule's conditions and its `to`.
+    fn rule<'r>(
+        &self,
+        raw: &'r Spanned<RawRule>,
+    ) -> Result<(Vec<Match>, &'r Spanned<Value>), PolicyError> {
+        let r = raw.get_ref();
+        let Some(to) = &r.to else {
+            return Err(self.err(
+                raw.span(),
+                "this `[[classify]]` rule has no `to`",
+                "`to = \"...\"`, the leaf its packets go to",
+            ));
+        };
+        let mut all = Vec::new();
+        if let Some(v) = &r.class {
+            all.push(Match::Class(
+                self.int("class", v, 0, i64::from(u32::MAX))? as u32
+            ));
+        }
+        if let Some(v) = &r.dscp {
+            all.push(Match::Dscp(self.int("dscp", v, 0, 63)? as u8));
+        }
+        if let Some(v) = &r.vlan {
+            all.push(Match::Vlan(self.int("vlan", v, 0, 4095)? as u16));
+        }
+        if let Some(v) = &r.proto {
+            all.push(Match::Proto(self.proto(v)?));
+        }
+        if let Some(v) = &r.src {
+            let (a, l) = self.prefix("src", v)?;
+            all.push(Match::Src(a, l));
+        }
+        if let Some(v) = &r.dst {
+            let (a, l) = self.prefix("dst", v)?;
+            all.push(Match::Dst(a, l));
+        }
+        if let Some(v) = &r.sport {
+            let (lo, hi) = self.ports("sport", v)?;
+            all.push(Match::Sport(lo, hi));
+        }
+        if let Some(v) = &r.dport {
+            let (lo, hi) = self.ports("dport", v)?;
+            all.push(Match::Dport(lo, hi));
+        }
+        Ok((all, to))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The tree: names, parents, one root, no cycles; an order with parents first.
+
+    fn tree(&self, defs: &[NodeDef]) -> Result<Tree, PolicyError> {
+        let Some(first) = defs.first() else {
+            return Err(self.err(
+                0..0,
+                "the file has no `[[node]]` tables",
+                "at least the root: a `[[node]]` with a `name`, a `policy` and no `parent`",
+            ));
+        };
+        if defs.len() > MAX_NODES {
+            return Err(self.err(
+                defs[MAX_NODES].header.clone(),
+                format!("{} nodes", defs.len()),
+                format!("at most {MAX_NODES} nodes"),
+            ));
+        }
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for (i, d) in defs.iter().enumerate() {
+            if let Some(&j) = index.get(&d.spec.name) {
+                let (line, _) = line_col(self.text, defs[j].name_span.start);
+                return Err(self.err(
+                    d.name_span.clone(),
+                    format!(
+                        "node name `{}` is used twice (first on line {line})",
+                        d.spec.name
+                    ),
+                    "a unique name for every node",
+                ));
+            }
+            index.insert(d.spec.name.clone(), i);
+        }
+        let names: Vec<&str> = defs.iter().map(|d| d.spec.name.as_str()).collect();
+        let mut parent: Vec<Option<usize>> = vec![None; defs.len()];
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); defs.len()];
+        let mut root: Option<usize> = None;
+        for (i, d) in defs.iter().enumerate() {
+            match &d.parent {
+                Some((p, span)) => {
+                    let Some(&j) = index.get(p) else {
+                        return Err(self.err(
+                            span.clone(),
+                            format!(
+                                "node `{}`: `parent` = {} names no node",
+                                d.spec.name,
+                                show(&Value::String(p.clone()))
+                            ),
+                            format!("the name of a node in this file: {}", list(&names)),
+                        ));
+                    };
+                    parent[i] = Some(j);
+                    children[j].push(i);
+                }
+                None => match root {
+                    None => root = Some(i),
+                    Some(r) => {
+                        let (line, _) = line_col(self.text, defs[r].header.start);
+                        return Err(self.err(
+                            d.header.clone(),
+                            format!(
+                                "two roots: neither `{}` (line {line}) nor `{}` has a `parent`",
+                                defs[r].spec.name, d.spec.name
+                            ),
+                            "exactly one root: a `parent` on every other node",
+                        ));
+                    }
+                },
+            }
+        }
+        let Some(root) = root else {
+            return Err(self.err(
+                first.header.clone(),
+                "no root: every node has a `parent`",
+                "exactly one node without `parent`, the root",
+            ));
+        };
+        // Breadth first from the root, children in file order.
+        let mut order = Vec::with_capacity(defs.len());
+        let mut seen = vec![false; defs.len()];
+        let mut todo = VecDeque::from([root]);
+        seen[root] = true;
+        while let Some(i) = todo.pop_front() {
+            order.push(i);
+            for &c in &children[i] {
+                if !seen[c] {
+                    seen[c] = true;
+                    todo.push_back(c);
+                }
+            }
+        }
+        if let Some(start) = seen.iter().position(|s| !s) {
+            // Every node has one parent and the root is reached, so a node not reached is
+            // below a cycle of parent links: follow them until one repeats.
+            let mut path = vec![start];
+            let mut cur = start;
+            let cycle = loop {
+                let Some(p) = parent[cur] else {
+                    break vec![cur]; // not possible: only the root has no parent
+                };
+                if let Some(at) = path.iter().position(|&x| x == p) {
+                    break path.split_off(at);
+                }
+                path.push(p);
+                cur = p;
+            };
+            let first = cycle.iter().copied().min().unwrap_or(start);
+            let at = cycle.iter().position(|&x| x == first).unwrap_or(0);
+            let mut names: Vec<&str> = cycle[at..]
+                .iter()
+                .chain(&cycle[..at])
+                .map(|&i| defs[i].spec.name.as_str())
+                .collect();
+            names.push(defs[first].spec.name.as_str());
+            let span = defs[first]
+                .parent
+                .as_ref()
+                .map_or(defs[first].header.clone(), |(_, s)| s.clone());
+            return Err(self.err(
+                span,
+                format!(
+                    "node `{}`: `parent` links form a cycle: {}",
+                    defs[first].spec.name,
+                    names.join(" -> ")
+                ),
+                format!(
+                    "parent links that lead up to the root `{}`",
+                    defs[root].spec.name
+                ),
+            ));
+        }
+        for (i, d) in defs.iter().enumerate() {
+            if let (Some((key, span)), false) = (&d.flow_key, children[i].is_empty()) {
+                return Err(self.err(
+                    span.clone(),
+                    format!(
+                        "node `{}` has children, but `{key}` is for leaves",
+                        d.spec.name
+                    ),
+                    "`flow_*` keys only on leaves (nodes no other node names as `parent`); \
+                     to limit the whole node use `rate`",
+                ));
+            }
+        }
+        Ok(Tree {
+            index,
+            parent,
+            children,
+            order,
+        })
+    }
+
+    /// Point a builder error at the node, rule or section it is about.
+    fn build_error(
+        &self,
+        e: BuildError,
+        defs: &[NodeDef],
+        tree: &Tree,
+        raw: &RawFile,
+        default: Option<&Spanned<Value>>,
+        leaves: &[&str],
+    ) -> PolicyError {
+        let node = |name: &str| tree.index.get(name).map(|&i| &defs[i]);
+        let whole_file = 0..0;
+        match e {
+            BuildError::Misplaced {
+                node: ref n,
+                policy,
+                ..
+            } => {
+                let span = node(n).map_or(whole_file, |d| d.policy_span.clone());
+                let expected = if policy.leaf_only() {
+                    format!(
+                        "`{policy}` only on a leaf (a node no other node names as `parent`); \
+                         above leaves use e.g. wfq, drr or prio"
+                    )
+                } else {
+                    format!(
+                        "`{policy}` only on a node with children (it shares among its child \
+                         classes); for a leaf use e.g. fifo, fq or wfq"
+                    )
+                };
+                self.err(span, e.to_string(), expected)
+            }
+            BuildError::RuleToInner(ref n) => {
+                let rule_to = raw.classify.iter().find_map(|r| {
+                    r.get_ref()
+                        .to
+                        .as_ref()
+                        .filter(|v| v.get_ref().as_str() == Some(n.as_str()))
+                });
+                let (key, span) = match (rule_to, default) {
+                    (Some(v), _) => ("to", v.span()),
+                    (None, Some(v)) => ("default", v.span()),
+                    (None, None) => ("to", whole_file),
+                };
+                self.err(
+                    span,
+                    format!("`{key}` = \"{n}\" is a node with children, not a leaf"),
+                    format!("a leaf: {}", list(leaves)),
+                )
+            }
+            BuildError::TooDeep(ref n) => self.err(
+                node(n).map_or(whole_file, |d| d.header.clone()),
+                e.to_string(),
+                format!("at most {MAX_DEPTH} levels from the root down to a leaf"),
+            ),
+            BuildError::Queue { node: ref n, .. } => {
+                let span = node(n).map_or(whole_file, |d| {
+                    d.queue_span.clone().unwrap_or(d.policy_span.clone())
+                });
+                self.err(
+                    span,
+                    e.to_string(),
+                    "a queue its kind can build: fewer `buckets`, another `granularity`, \
+                     or `queue = \"auto\"`",
+                )
+            }
+            BuildError::Shaper(_) => self.err(
+                raw.shaper.as_ref().map_or(whole_file, |s| s.span()),
+                e.to_string(),
+                "a `[shaper]` whose `slot` and `horizon` the queue kind can hold",
+            ),
+            BuildError::DuplicateName(ref n) => self.err(
+                node(n).map_or(whole_file, |d| d.name_span.clone()),
+                e.to_string(),
+                "a unique name for every node",
+            ),
+            BuildError::NoRoot | BuildError::TooManyNodes(_) | BuildError::Invalid(_) => {
+                // Checked above already; point at the named node if the message names one.
+                let span = e
+                    .to_string()
+                    .strip_prefix("node `")
+                    .and_then(|s| s.split_once('`'))
+                    .and_then(|(n, _)| node(n))
+                    .map_or(whole_file, |d| d.header.clone());
+                self.err(span, e.to_string(), "a tree the scheduler can build")
+            }
+            BuildError::OutOfMemory(_) => self.err(
+                raw.scheduler.as_ref().map_or(whole_file, |s| s.span()),
+                e.to_string(),
+                "`capacity` and `flows` this machine can hold",
+            ),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Values.
+
+    fn string<'v>(
+        &self,
+        key: &str,
+        v: &'v Spanned<Value>,
+        expected: &str,
+    ) -> Result<&'v str, PolicyError> {
+        match v.get_ref() {
+            Value::String(s) => Ok(s),
+            other => Err(self.err(v.span(), wrong_type(key, other), expected)),
+        }
+    }
+
+    fn int(&self, key: &str, v: &Spanned<Value>, lo: i64, hi: i64) -> Result<i64, PolicyError> {
+        let expected = format!("an integer in {lo}..={hi}");
+        match *v.get_ref() {
+            Value::Integer(i) if (lo..=hi).contains(&i) => Ok(i),
+            Value::Integer(_) => Err(self.err(v.span(), out_of_range(key, v.get_ref()), expected)),
+            ref other => Err(self.err(v.span(), wrong_type(key, other), expected)),
+        }
+    }
+
+    fn size(&self, key: &str, v: &Spanned<Value>, lo: u64, hi: u64) -> Result<u64, PolicyError> {
+        let bounds = if hi >= i64::MAX as u64 {
+            String::new()
+        } else {
+            format!(", {lo}..={hi} bytes")
+        };
+        let expected = format!(
+            "a size like \"1500B\", \"64KiB\" or \"1MB\", or a whole number of bytes{bounds}"
+        );
+        let bytes = match v.get_ref() {
+            Value::Integer(i) => u64::try_from(*i).ok(),
+            Value::String(s) => Some(
+                units::parse_size(s)
+                    .map_err(|e| self.err(v.span(), unit_what(key, v.get_ref(), e), &expected))?,
+            ),
+            other => return Err(self.err(v.span(), wrong_type(key, other), expected)),
+        };
+        match bytes {
+            Some(b) if (lo..=hi).contains(&b) => Ok(b),
+            _ => Err(self.err(v.span(), out_of_range(key, v.get_ref()), expected)),
+        }
+    }
+
+    fn rate(&self, key: &str, v: &Spanned<Value>) -> Result<Rate, PolicyError> {
+        const EXPECTED: &str = "a rate in bits per second like \"10Mbit\", \"1.5Gbit\" or \
+                                \"250kbit\", above 0 and below 2^63 bit/s";
+        match v.get_ref() {
+            Value::String(s) => Rate::parse(s).map_err(|e| {
+                let bytes = matches!(e, UnitError::Malformed { .. })
+                    && s.trim_end_matches("/s")
+                        .trim_end_matches("ps")
+                        .ends_with('B');
+                let mut what = unit_what(key, v.get_ref(), e);
+                if bytes {
+                    what += " (rates count bits: `Mbit`, not `MB`)";
+                }
+                self.err(v.span(), what, EXPECTED)
+            }),
+            other => Err(self.err(v.span(), wrong_type(key, other), EXPECTED)),
+        }
+    }
+
+    fn duration(&self, key: &str, v: &Spanned<Value>, lo: u64) -> Result<u64, PolicyError> {
+        let expected =
+            format!("a duration of at least {lo}ns like \"800ns\", \"250us\", \"10ms\" or \"1s\"");
+        let ns = match v.get_ref() {
+            Value::String(s) => units::parse_duration(s)
+                .map_err(|e| self.err(v.span(), unit_what(key, v.get_ref(), e), &expected))?,
+            other => return Err(self.err(v.span(), wrong_type(key, other), expected)),
+        };
+        if ns < lo {
+            return Err(self.err(v.span(), out_of_range(key, v.get_ref()), expected));
+        }
+        Ok(ns)
+    }
+
+    fn proto(&self, v: &Spanned<Value>) -> Result<u8, PolicyError> {
+        const EXPECTED: &str =
+            "\"tcp\", \"udp\", \"icmp\", \"icmpv6\" or a protocol number 0..=255";
+        let bad = || {
+            self.err(
+                v.span(),
+                format!("`proto` = {} is not a protocol", show(v.get_ref())),
+                EXPECTED,
+            )
+        };
+        match v.get_ref() {
+            Value::Integer(i) => u8::try_from(*i).map_err(|_| bad()),
+            Value::String(s) => match s.to_ascii_lowercase().as_str() {
+                "tcp" => Ok(6),
+                "udp" => Ok(17),
+                "icmp" => Ok(1),
+                "icmpv6" => Ok(58),
+                other => other.parse().map_err(|_| bad()),
+            },
+            other => Err(self.err(v.span(), wrong_type("proto", other), EXPECTED)),
+        }
+    }
+
+    /// An address or CIDR prefix with its host bits zero.
+    fn prefix(&self, key: &str, v: &Spanned<Value>) -> Result<(IpAddr, u8), PolicyError> {
+        const EXPECTED: &str =
+            "an address or CIDR prefix like \"10.0.0.0/8\", \"192.168.1.7\" or \"fd00::/8\"";
+        let text = self.string(key, v, EXPECTED)?;
+        let bad = || {
+            self.err(
+                v.span(),
+                format!(
+                    "`{key}` = {} is not an address or prefix",
+                    show(v.get_ref())
+                ),
+                EXPECTED,
+            )
+        };
+        let (addr, len) = match text.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let max: u8 = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            None => max,
+            Some(l) => match l.trim().parse::<u8>() {
+                Ok(l) if l <= max => l,
+                _ => {
+                    return Err(self.err(
+                        v.span(),
+                        format!("`{key}` = {} has a bad prefix length", show(v.get_ref())),
+                        format!("a prefix length in 0..={max} after the `/`"),
+                    ));
+                }
+            },
+        };
+        let network = match addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                IpAddr::from(std::net::Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                IpAddr::from(std::net::Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        if network != addr {
+            return Err(self.err(
+                v.span(),
+                format!("`{key}` = {} has host bits set", show(v.get_ref())),
+                format!("the network address: \"{network}/{len}\""),
+            ));
+        }
+        Ok((addr, len))
+    }
+
+    /// A port or an inclusive `lo-hi` range.
+    fn ports(&self, key: &str, v: &Spanned<Value>) -> Result<(u16, u16), PolicyError> {
+        const EXPECTED: &str = "a port in 0..=65535 or a range like \"5000-5999\"";
+        let bad = |what: &str| {
+            self.err(
+                v.span(),
+                format!("`{key}` = {} {what}", show(v.get_ref())),
+                EXPECTED,
+            )
+        };
+        let (lo, hi) = match v.get_ref() {
+            Value::Integer(i) => {
+                let p = u16::try_from(*i).map_err(|_| bad("is out of range"))?;
+                (p, p)
+            }
+            Value::String(s) => {
+                let port = |t: &str| {
+                    t.trim()
+                        .parse::<u16>()
+                        .map_err(|_| bad("is not a port range"))
+                };
+                match s.split_once('-') {
+                    Some((a, b)) => (port(a)?, port(b)?),
+                    None => (port(s)?, port(s)?),
+                }
+            }
+            other => return Err(self.err(v.span(), wrong_type(key, other), EXPECTED)),
+        };
+        if lo > hi {
+            return Err(bad("is an empty range (its start is above its end)"));
+        }
+        Ok((lo, hi))
+    }
+}
+
+/// One `[[node]]`, its values checked, with the positions errors point at.
+struct NodeDef {
+    spec: NodeSpec,
+    header: Range<usize>,
+    name_span: Range<usize>,
+    policy_span: Range<usize>,
+    parent: Option<(String, Range<usize>)>,
+    queue_span: Option<Range<usize>>,
+    /// The first `flow_*` key given, if any.
+    flow_key: Option<(&'static str, Range<usize>)>,
+}
+
+/// The shape of the tree, by index into the file's nodes.
+struct Tree {
+    index: HashMap<String, usize>,
+    parent: Vec<Option<usize>>,
+    children: Vec<Vec<usize>>,
+    /// Parents before children.
+    order: Vec<usize>,
+}
+
+/// A value as the file wrote it (strings quoted and shortened).
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => {
+            let short: String = s.chars().take(40).collect();
+            if short.len() < s.len() {
+                format!("{short:?}...")
+            } else {
+                format!("{s:?}")
+            }
+        }
+        Value::Integer(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => d.to_string(),
+        Value::Array(_) => "[...]".into(),
+        Value::Table(_) => "{...}".into(),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date-time",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+fn wrong_type(key: &str, v: &Value) -> String {
+    format!("`{key}` = {} is {}", show(v), type_name(v))
+}
+
+/// What is wrong with a rate, size or duration the units module rejected.
+fn unit_what(key: &str, v: &Value, e: UnitError) -> String {
+    match e {
+        UnitError::Malformed { what, .. } => format!("`{key}` = {} is not a {what}", show(v)),
+        UnitError::OutOfRange { why, .. } => {
+            format!("`{key}` = {} is out of range: {why}", show(v))
+        }
+    }
+}
+
+fn out_of_range(key: &str, v: &Value) -> String {
+    format!("`{key}` = {} is out of range", show(v))
+}
+
+/// Names as a readable list, shortened past twelve.
+fn list(names: &[&str]) -> String {
+    let mut out: Vec<String> = names.iter().take(12).map(|n| format!("`{n}`")).collect();
+    if names.len() > 12 {
+        out.push(format!("... ({} in all)", names.len()));
+    }
+    if out.is_empty() {
+        "(none)".into()
+    } else {
+        out.join(", ")
+    }
+}
+
+fn policy_names() -> String {
+    let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+    format!("{} (or srpt for pfabric)", names.join(", "))
+}
+
+fn queue_kinds() -> String {
+    let names: Vec<&str> = QueueKind::ALL.iter().map(|k| k.name()).collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error `text` gives, as displayed.
+    fn error(text: &str) -> String {
+        match compile_str(text, "t.toml") {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// `text` fails on `line` with a message containing every one of `needles`.
+    #[track_caller]
+    fn fails(text: &str, line: usize, needles: &[&str]) {
+        let e = error(text);
+        assert!(
+            e.starts_with(&format!("t.toml:{line}:")),
+            "wrong line (want {line}): {e}"
+        );
+        assert!(e.contains("; expected "), "no expectation: {e}");
+        for n in needles {
+            assert!(e.contains(n), "missing {n:?} in: {e}");
+        }
+    }
+
+    /// A root and two leaves, with `extra` lines appended to the root's table.
+    fn tree_with(root_extra: &str) -> String {
+        format!(
+            "[[node]]\nname = \"root\"\npolicy = \"wfq\"\n{root_extra}\n\
+             [[node]]\nname = \"gold\"\nparent = \"root\"\npolicy = \"fifo\"\n\
+             [[node]]\nname = \"bronze\"\nparent = \"root\"\npolicy = \"fifo\"\n"
+        )
+    }
+
+    const SPEC_EXAMPLE: &str = r#"
+[scheduler]
+capacity = 65536
+flows = 65536
+max_packet = "64KiB"
+default = "bronze"
+
+[shaper]
+slot = "1024ns"
+horizon = "1s"
+beyond_horizon = "reject"
+queue = "timing_wheel"
+
+[[classify]]
+to = "gold"
+class = 1
+dscp = 46
+vlan = 100
+proto = "tcp"
+src = "10.0.0.0/8"
+dst = "fd00::/8"
+sport = 5000
+dport = "5000-5999"
+
+[[node]]
+name = "gold"
+policy = "fifo"
+parent = "root"
+queue = { kind = "cffs", buckets = 4096, granularity = 1024 }
+weight = 3
+priority = 0
+quantum = "3028B"
+reservation = "100Mbit"
+flow_rate = "10Mbit"
+flow_burst = "3KB"
+flow_weight = 2
+flow_quantum = 1514
+flow_reservation = "1Mbit"
+
+[[node]]
+name = "root"
+policy = "wfq"
+queue = "auto"
+rate = "1Gbit"
+burst = "15KB"
+
+[[node]]
+name = "bronze"
+policy = "fq"
+parent = "root"
+queue = "hffs"
+"#;
+
+    #[test]
+    fn the_documented_example_maps_every_key_to_the_builder() {
+        let (b, cfg) = compile_str(SPEC_EXAMPLE, "t.toml").unwrap();
+        assert_eq!(cfg.capacity, 65536);
+        assert_eq!(cfg.flows, 65536);
+        assert_eq!(cfg.max_packet, 65536);
+        assert_eq!(cfg.shaper.slot_ns, 1024);
+        assert_eq!(cfg.shaper.slots, 1_000_000_000u64.div_ceil(1024) as usize);
+        assert_eq!(cfg.shaper.beyond_horizon, Overflow::Reject);
+        assert_eq!(cfg.shaper.kind, QueueKind::TimingWheel);
+
+        // The same tree built by hand, parents first.
+        let mut want = TreeBuilder::new(cfg);
+        let root = want.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::gbit(1), 15_000));
+        let mut gold = NodeSpec::new("gold", PolicyKind::Fifo)
+            .weight(3)
+            .priority(0)
+            .reservation(Rate::mbit(100))
+            .queue(QueueChoice::Kind {
+                kind: QueueKind::Cffs,
+                buckets: Some(4096),
+                granularity: Some(1024),
+            });
+        gold.flows = MemberCfg {
+            weight: 2,
+            priority: None,
+            quantum: 1514,
+            reservation: Some(Rate::mbit(1)),
+        };
+        gold.flow_rate = Some(Rate::mbit(10));
+        gold.flow_burst = 3000;
+        let gold = want.child(root, gold);
+        let bronze = want.child(
+            root,
+            NodeSpec::new("bronze", PolicyKind::Fq).queue(QueueChoice::Kind {
+                kind: QueueKind::HierFfs,
+                buckets: None,
+                granularity: None,
+            }),
+        );
+        want.rule(
+            vec![
+                Match::Class(1),
+                Match::Dscp(46),
+                Match::Vlan(100),
+                Match::Proto(6),
+                Match::Src("10.0.0.0".parse().unwrap(), 8),
+                Match::Dst("fd00::".parse().unwrap(), 8),
+                Match::Sport(5000, 5000),
+                Match::Dport(5000, 5999),
+            ],
+            gold,
+        );
+        want.default_leaf(bronze);
+        assert_eq!(format!("{b:?}"), format!("{want:?}"));
+        let s = b.build().unwrap();
+        assert_eq!(s.node_name(0), "root");
+        assert!(s.describe().contains("classify: default -> bronze"));
+    }
+
+    #[test]
+    fn an_empty_scheduler_section_is_the_library_default() {
+        let text = "[scheduler]\n[shaper]\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n";
+        let (_, cfg) = compile_str(text, "t.toml").unwrap();
+        assert_eq!(cfg, SchedConfig::default());
+        let s = build_str(text, "t.toml").unwrap();
+        assert!(s.describe().contains("default -> reject"));
+    }
+
+    #[test]
+    fn nodes_may_come_in_any_order() {
+        let forward = tree_with("");
+        let backward = "[[node]]\nname = \"bronze\"\nparent = \"root\"\npolicy = \"fifo\"\n\
+                        [[node]]\nname = \"gold\"\nparent = \"root\"\npolicy = \"fifo\"\n\
+                        [[node]]\nname = \"root\"\npolicy = \"wfq\"\n";
+        let (a, _) = compile_str(&forward, "a").unwrap();
+        let (b, _) = compile_str(backward, "b").unwrap();
+        let (a, b) = (a.build().unwrap(), b.build().unwrap());
+        assert_eq!(a.node_name(0), "root");
+        assert_eq!(b.node_name(0), "root");
+        // Children keep file order.
+        assert!(a.describe().find("gold") < a.describe().find("bronze"));
+        assert!(b.describe().find("bronze") < b.describe().find("gold"));
+        // Deeper trees listed leaves first.
+        let deep = "[[node]]\nname = \"c\"\nparent = \"b\"\npolicy = \"fifo\"\n\
+                    [[node]]\nname = \"b\"\nparent = \"a\"\npolicy = \"wfq\"\n\
+                    [[node]]\nname = \"a\"\npolicy = \"wfq\"\n";
+        let s = build_str(deep, "d").unwrap();
+        assert_eq!(
+            (s.node_name(0), s.node_name(1), s.node_name(2)),
+            ("a", "b", "c")
+        );
+    }
+
+    #[test]
+    fn positions_are_lines_and_character_columns() {
+        assert_eq!(line_col("", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é = 1\nx", 3), (1, 3)); // é is two bytes, one column
+        assert_eq!(line_col("ab\n", 99), (2, 1)); // past the end
+        assert_eq!(line_col("é", 1), (1, 2)); // inside a character
+    }
+
+    #[test]
+    fn malformed_toml() {
+        fails("[scheduler\ncapacity = 1\n", 1, &["unclosed table", "`]`"]);
+        fails("[scheduler]\ncapacity = \n", 2, &["expected"]);
+        fails(
+            "[scheduler]\ncapacity = 1\ncapacity = 2\n",
+            3,
+            &["duplicate key `capacity`"],
+        );
+        fails(
+            "[node]\nname = \"r\"\n",
+            1,
+            &["`[node]` is a single table", "[[node]]"],
+        );
+        fails("scheduler = 5\n", 1, &["`[scheduler]` table"]);
+    }
+
+    #[test]
+    fn unknown_keys_anywhere_name_the_key_and_the_allowed_ones() {
+        fails(
+            "capacity = 3\n",
+            1,
+            &["unknown key `capacity`", "`scheduler`", "`node`"],
+        );
+        fails(
+            "[scheduler]\ncapasity = 3\n",
+            2,
+            &["`capasity`", "`capacity`", "`max_packet`"],
+        );
+        fails(
+            "[shaper]\nslots = 3\n",
+            2,
+            &["`slots`", "`slot`", "`horizon`"],
+        );
+        fails(
+            &tree_with("wieght = 3"),
+            4,
+            &["`wieght`", "`weight`", "`flow_reservation`"],
+        );
+        fails(
+            &tree_with("queue = { kind = \"cffs\", bucket = 3 }"),
+            4,
+            &["`bucket`", "`buckets`", "`granularity`"],
+        );
+        fails(
+            &format!("{}[[classify]]\nto = \"gold\"\nport = 80\n", tree_with("")),
+            15,
+            &["`port`", "`dport`", "`sport`"],
+        );
+    }
+
+    #[test]
+    fn missing_name_policy_or_to() {
+        fails("[[node]]\npolicy = \"fifo\"\n", 1, &["no `name`"]);
+        fails(
+            "[[node]]\nname = \"r\"\n",
+            1,
+            &["`r`", "no `policy`", "wfq"],
+        );
+        fails(
+            &format!("{}\n[[classify]]\ndscp = 1\n", tree_with("")),
+            14,
+            &["no `to`"],
+        );
+        fails(
+            "[[node]]\nname = \"\"\npolicy = \"fifo\"\n",
+            2,
+            &["`name`", "non-empty"],
+        );
+        fails(
+            "[[node]]\nname = \"a b\"\npolicy = \"fifo\"\n",
+            2,
+            &["`name`"],
+        );
+        fails(
+            "[[node]]\nname = 5\npolicy = \"fifo\"\n",
+            2,
+            &["`name` = 5 is an integer"],
+        );
+    }
+
+    #[test]
+    fn duplicate_names() {
+        let text = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
+                    [[node]]\nname = \"r\"\nparent = \"r\"\npolicy = \"fifo\"\n";
+        fails(text, 5, &["`r` is used twice", "line 2", "unique"]);
+    }
+
+    #[test]
+    fn one_root_exactly() {
+        fails("", 1, &["no `[[node]]`"]);
+        fails("[scheduler]\ncapacity = 10\n", 1, &["no `[[node]]`"]);
+        let two = "[[node]]\nname = \"a\"\npolicy = \"fifo\"\n\
+                   [[node]]\nname = \"b\"\npolicy = \"fifo\"\n";
+        fails(
+            two,
+            4,
+            &["two roots", "`a` (line 1)", "`b`", "exactly one root"],
+        );
+        let none = "[[node]]\nname = \"a\"\nparent = \"b\"\npolicy = \"fifo\"\n\
+                    [[node]]\nname = \"b\"\nparent = \"a\"\npolicy = \"fifo\"\n";
+        fails(none, 1, &["no root", "`parent`"]);
+    }
+
+    #[test]
+    fn unknown_parent() {
+        let text = tree_with("").replace(
+            "parent = \"root\"\npolicy = \"fifo\"\n[[node]]\nname = \"bronze\"",
+            "parent = \"rot\"\npolicy = \"fifo\"\n[[node]]\nname = \"bronze\"",
+        );
+        fails(&text, 7, &["`parent` = \"rot\" names no node", "`root`"]);
+    }
+
+    #[test]
+    fn cycles_in_parent_links() {
+        let text = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
+                    [[node]]\nname = \"a\"\nparent = \"b\"\npolicy = \"wfq\"\n\
+                    [[node]]\nname = \"b\"\nparent = \"a\"\npolicy = \"wfq\"\n\
+                    [[node]]\nname = \"c\"\nparent = \"b\"\npolicy = \"fifo\"\n";
+        fails(text, 6, &["cycle: a -> b -> a", "root `r`"]);
+        let own = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
+                   [[node]]\nname = \"x\"\nparent = \"x\"\npolicy = \"fifo\"\n";
+        fails(own, 6, &["cycle: x -> x"]);
+    }
+
+    #[test]
+    fn impossible_rates() {
+        for (rate, needle) in [
+            ("\"0Mbit\"", "must be positive"),
+            ("\"-5Mbit\"", "must be positive"),
+            ("\"1e30bit\"", "below 2^63"),
+            ("\"10MB\"", "rates count bits"),
+            ("\"fast\"", "is not a rate"),
+            ("10", "is an integer"),
+        ] {
+            fails(
+                &tree_with(&format!("rate = {rate}")),
+                4,
+                &["`rate`", needle, "10Mbit"],
+            );
+        }
+        fails(&tree_with("reservation = \"0bit\""), 4, &["`reservation`"]);
+        let leaf = "[[node]]\nname = \"r\"\npolicy = \"fq\"\nflow_rate = \"5 apples\"\n";
+        fails(leaf, 4, &["`flow_rate`", "is not a rate"]);
+    }
+
+    #[test]
+    fn absurd_sizes_and_counts() {
+        let node = "[[node]]\nname = \"r\"\npolicy = \"fifo\"\n";
+        for (section, key, value, needle) in [
+            ("scheduler", "capacity", "0", "1..=16777216"),
+            ("scheduler", "capacity", "16777217", "1..=16777216"),
+            ("scheduler", "flows", "-1", "1..=16777216"),
+            ("scheduler", "capacity", "\"many\"", "is a string"),
+            ("scheduler", "max_packet", "\"0B\"", "1..=4294967295 bytes"),
+            ("scheduler", "max_packet", "\"8GB\"", "out of range"),
+            ("scheduler", "max_packet", "\"1.5B\"", "whole number"),
+            ("shaper", "slot", "\"0ns\"", "at least 1ns"),
+            ("shaper", "slot", "100", "is an integer"),
+            ("shaper", "horizon", "\"10\"", "not a duration"),
+            ("shaper", "horizon", "\"100s\"", "at most 16777216 slots"),
+            (
+                "shaper",
+                "beyond_horizon",
+                "\"drop\"",
+                "\"clamp\" or \"reject\"",
+            ),
+        ] {
+            fails(
+                &format!("[{section}]\n{key} = {value}\n{node}"),
+                2,
+                &[key, needle],
+            );
+        }
+        for (line, needle) in [
+            ("weight = 0", "1..=65536"),
+            ("weight = 65537", "1..=65536"),
+            ("priority = 256", "0..=255"),
+            ("priority = -1", "0..=255"),
+            ("quantum = 0", "quantum"),
+            ("burst = -1", "burst"),
+            ("burst = \"lots\"", "is not a size"),
+        ] {
+            let text =
+                tree_with("").replace("name = \"gold\"\n", &format!("name = \"gold\"\n{line}\n"));
+            fails(&text, 7, &[&line[..line.find(' ').unwrap_or(0)], needle]);
+        }
+        fails(
+            &tree_with("queue = { kind = \"hffs\", buckets = 0 }"),
+            4,
+            &["`buckets` = 0", "1..=16777216"],
+        );
+        fails(
+            &tree_with("queue = { kind = \"hffs\", granularity = 0 }"),
+            4,
+            &["`granularity` = 0"],
+        );
+        fails(&tree_with("queue = { buckets = 8 }"), 4, &["no `kind`"]);
+        fails(&tree_with("queue = 5"), 4, &["`queue`"]);
+    }
+
+    #[test]
+    fn classifier_values() {
+        let rule = |cond: &str| format!("{}[[classify]]\nto = \"gold\"\n{cond}\n", tree_with(""));
+        for (cond, needle) in [
+            ("dscp = 64", "0..=63"),
+            ("vlan = 4096", "0..=4095"),
+            ("class = -1", "0..=4294967295"),
+            ("proto = \"sctpx\"", "\"tcp\""),
+            ("proto = 256", "0..=255"),
+            ("src = \"10.0.0.0/33\"", "0..=32"),
+            ("dst = \"fd00::/129\"", "0..=128"),
+            ("src = \"10.1.0.0/8\"", "\"10.0.0.0/8\""),
+            ("dst = \"not-an-ip\"", "CIDR"),
+            ("src = 10", "is an integer"),
+            ("dport = \"6000-5000\"", "empty range"),
+            ("dport = 70000", "0..=65535"),
+            ("sport = \"a-b\"", "not a port range"),
+            ("sport = \"80-\"", "not a port range"),
+            ("dport = true", "is a boolean"),
+        ] {
+            let key = &cond[..cond.find(' ').unwrap_or(0)];
+            fails(&rule(cond), 15, &[key, needle]);
+        }
+        let (b, _) = compile_str(
+            &rule("proto = \"UDP\"\nsrc = \"192.168.1.7\"\nsport = \"53\""),
+            "t",
+        )
+        .unwrap();
+        assert!(
+            b.build()
+                .unwrap()
+                .describe()
+                .contains("proto=17 and src=192.168.1.7/32 and sport=53")
+        );
+    }
+
+    #[test]
+    fn unknown_policy_and_queue_kinds() {
+        fails(
+            "[[node]]\nname = \"r\"\npolicy = \"wf2q\"\n",
+            3,
+            &["`policy` = \"wf2q\"", "fifo", "srpt"],
+        );
+        fails(
+            &tree_with("queue = \"cfs\""),
+            4,
+            &["`queue` = \"cfs\"", "cffs", "auto"],
+        );
+        fails(
+            &tree_with("queue = { kind = \"cfs\" }"),
+            4,
+            &["`kind` = \"cfs\"", "cffs"],
+        );
+        fails(
+            &format!("[shaper]\nqueue = \"wheel\"\n{}", tree_with("")),
+            2,
+            &["`queue` = \"wheel\"", "timing_wheel"],
+        );
+        let (b, _) = compile_str("[[node]]\nname = \"r\"\npolicy = \"srpt\"\n", "t").unwrap();
+        assert!(b.build().unwrap().describe().contains("pfabric"));
+    }
+
+    #[test]
+    fn misplaced_policies_and_rules_to_inner_nodes_point_at_the_node() {
+        // Leaf-only policies with children.
+        let text = tree_with("").replacen("policy = \"wfq\"", "policy = \"pfabric\"", 1);
+        fails(&text, 3, &["node `root`", "pfabric", "only on a leaf"]);
+        let text = tree_with("").replacen("policy = \"wfq\"", "policy = \"fq\"", 1);
+        fails(&text, 3, &["node `root`", "`fq`", "only on a leaf"]);
+        // Internal-only policy at a leaf.
+        let text = tree_with("").replace(
+            "parent = \"root\"\npolicy = \"fifo\"\n[[node]]\nname = \"bronze\"",
+            "parent = \"root\"\npolicy = \"htb\"\n[[node]]\nname = \"bronze\"",
+        );
+        fails(
+            &text,
+            8,
+            &["node `gold`", "`htb`", "only on a node with children"],
+        );
+        // Rules and the default naming a node with children.
+        let text = format!("{}[[classify]]\nto = \"root\"\ndscp = 1\n", tree_with(""));
+        fails(
+            &text,
+            14,
+            &["`to` = \"root\"", "not a leaf", "`gold`, `bronze`"],
+        );
+        let text = format!("[scheduler]\ndefault = \"root\"\n{}", tree_with(""));
+        fails(&text, 2, &["`default` = \"root\"", "not a leaf"]);
+    }
+
+    #[test]
+    fn flow_keys_only_on_leaves() {
+        for key in [
+            "flow_rate = \"1Mbit\"",
+            "flow_weight = 2",
+            "flow_quantum = 1514",
+            "flow_reservation = \"1Mbit\"",
+        ] {
+            let name = &key[..key.find(' ').unwrap_or(0)];
+            fails(
+                &tree_with(key),
+                4,
+                &["node `root` has children", name, "only on leaves"],
+            );
+        }
+        fails(
+            &tree_with("burst = \"15KB\""),
+            4,
+            &["`burst` but no `rate`"],
+        );
+        let leaf = "[[node]]\nname = \"r\"\npolicy = \"fq\"\nflow_burst = 100\n";
+        fails(leaf, 4, &["`flow_burst` but no `flow_rate`"]);
+    }
+
+    #[test]
+    fn default_and_to_must_name_nodes() {
+        let text = format!("[scheduler]\ndefault = \"silver\"\n{}", tree_with(""));
+        fails(
+            &text,
+            2,
+            &["`default` = \"silver\" names no node", "`gold`, `bronze`"],
+        );
+        let text = format!("{}[[classify]]\nto = \"silver\"\n", tree_with(""));
+        fails(&text, 14, &["`to` = \"silver\" names no node"]);
+        let text = format!("{}[[classify]]\nto = 3\n", tree_with(""));
+        fails(&text, 14, &["`to` = 3 is an integer"]);
+    }
+
+    #[test]
+    fn queues_the_builder_rejects_point_at_the_queue() {
+        let text = tree_with(
+            "queue = { kind = \"hffs\", buckets = 16, granularity = 9223372036854775807 }",
+        );
+        fails(
+            &text,
+            4,
+            &["node `root`", "queue", "does not fit", "`granularity`"],
+        );
+    }
+
+    #[test]
+    fn trees_too_deep_or_too_large() {
+        let mut deep = "[[node]]\nname = \"n0\"\npolicy = \"wfq\"\n".to_string();
+        for i in 1..=MAX_DEPTH {
+            let policy = if i == MAX_DEPTH { "fifo" } else { "wfq" };
+            deep += &format!(
+                "[[node]]\nname = \"n{i}\"\nparent = \"n{}\"\npolicy = \"{policy}\"\n",
+                i - 1
+            );
+        }
+        fails(
+            &deep,
+            4 * MAX_DEPTH,
+            &["`n16`", "deeper", "at most 16 levels"],
+        );
+        let mut wide = "[[node]]\nname = \"r\"\npolicy = \"drr\"\n".to_string();
+        for i in 1..=MAX_NODES {
+            wide += &format!("[[node]]\nname = \"n{i}\"\nparent = \"r\"\npolicy = \"fifo\"\n");
+        }
+        fails(&wide, 4 * MAX_NODES, &["65536 nodes", "at most 65535"]);
+    }
+
+    #[test]
+    fn unreadable_files_name_the_file() {
+        let e = compile_file(Path::new("/nonexistent/policy.toml")).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("/nonexistent/policy.toml: cannot read: "),
+            "{s}"
+        );
+        assert!(e.location().is_none());
+        let e = build_file(Path::new("/nonexistent/policy.toml")).unwrap_err();
+        assert!(matches!(e, PolicyError::Io { .. }));
+    }
+}

@@ -59,17 +59,20 @@ pub(crate) struct FlowTable {
 }
 
 impl FlowTable {
-    pub fn new(capacity: usize) -> Self {
+    /// A table of `capacity` flows, or an error if that much memory cannot be reserved.
+    pub fn new(capacity: usize) -> Result<Self, std::collections::TryReserveError> {
         let mut map = FxHashMap::default();
-        map.reserve(capacity);
-        FlowTable {
+        map.try_reserve(capacity)?;
+        let mut flows = Vec::new();
+        flows.try_reserve_exact(capacity)?;
+        Ok(FlowTable {
             map,
-            flows: Vec::with_capacity(capacity),
+            flows,
             idle_head: NIL,
             idle_tail: NIL,
             capacity,
             reclaimed: 0,
-        }
+        })
     }
 
     /// Flows in the table (active and idle).
@@ -167,7 +170,7 @@ mod tests {
 
     #[test]
     fn reclaims_the_longest_idle_flow_and_never_an_active_one() {
-        let mut t = FlowTable::new(2);
+        let mut t = FlowTable::new(2).unwrap();
         let a = t.get_or_insert(1, 0, || None).unwrap();
         let b = t.get_or_insert(2, 0, || None).unwrap();
         t.flows[a as usize].queued = 1;
@@ -192,7 +195,7 @@ mod tests {
 
     #[test]
     fn same_key_in_two_leaves_is_two_flows() {
-        let mut t = FlowTable::new(4);
+        let mut t = FlowTable::new(4).unwrap();
         let a = t.get_or_insert(7, 0, || None).unwrap();
         let b = t.get_or_insert(7, 1, || None).unwrap();
         assert_ne!(a, b);

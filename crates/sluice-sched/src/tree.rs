@@ -193,12 +193,11 @@ struct Slab<T> {
 }
 
 impl<T: Copy> Slab<T> {
-    fn new(capacity: usize) -> Self {
-        Slab {
-            items: Vec::with_capacity(capacity),
-            free: Vec::with_capacity(capacity),
-            len: 0,
-        }
+    fn new(capacity: usize) -> Result<Self, std::collections::TryReserveError> {
+        let (mut items, mut free) = (Vec::new(), Vec::new());
+        items.try_reserve_exact(capacity)?;
+        free.try_reserve_exact(capacity)?;
+        Ok(Slab { items, free, len: 0 })
     }
     fn is_full(&self) -> bool {
         self.len == self.items.capacity()
@@ -308,21 +307,21 @@ impl Scheduler {
         shaper: (AnyQueue<u32>, QueueSpec),
         horizon_ns: u64,
         beyond_horizon: Overflow,
-    ) -> Self {
+    ) -> Result<Self, std::collections::TryReserveError> {
         let (shaper, shaper_spec) = shaper;
-        Scheduler {
+        Ok(Scheduler {
             nodes,
             classifier,
-            flows: FlowTable::new(flow_capacity),
-            packets: Slab::new(capacity),
-            pending: Slab::new(capacity),
+            flows: FlowTable::new(flow_capacity)?,
+            packets: Slab::new(capacity)?,
+            pending: Slab::new(capacity)?,
             shaper,
             shaper_spec,
             horizon_ns,
             beyond_horizon,
             ready: 0,
             stats: SchedStats::default(),
-        }
+        })
     }
 
     /// Packets held (queued, or waiting in the shaper).
@@ -917,6 +916,9 @@ impl Scheduler {
         if let Some(p) = node.parent {
             let m = &self.nodes[p as usize].member_cfg[node.slot as usize];
             let _ = write!(out, " weight {}", m.weight);
+            if self.nodes[p as usize].policy.name() == "drr" {
+                let _ = write!(out, " quantum {}B", m.quantum);
+            }
             if let Some(pr) = m.priority {
                 let _ = write!(out, " priority {pr}");
             }

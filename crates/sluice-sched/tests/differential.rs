@@ -148,7 +148,7 @@ fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
         .map(|i| (i > 0).then(|| gens[i].parent % i))
         .collect();
     let is_leaf: Vec<bool> = (0..n)
-        .map(|i| !parents.iter().any(|p| *p == Some(i)))
+        .map(|i| !parents.contains(&Some(i)))
         .collect();
     let cfg = SchedConfig {
         capacity,
@@ -375,7 +375,7 @@ fn auto_queues_deliver_every_packet_exactly_once() {
             .map(|i| (i > 0).then(|| gens[i].parent % i))
             .collect();
         let is_leaf: Vec<bool> = (0..n)
-            .map(|i| !parents.iter().any(|p| *p == Some(i)))
+            .map(|i| !parents.contains(&Some(i)))
             .collect();
         let mut ids = Vec::new();
         for (i, g) in gens.iter().enumerate() {

@@ -1,8 +1,10 @@
 //! `sluice`: the command-line front end.
 //!
 //! - `sluice bench queues`: every queue and baseline side by side (see [`bench::queues`]).
+//! - `sluice policy check FILE`: validate a policy file and print its scheduler (see [`policy`]).
 
 mod bench;
+mod policy;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -24,12 +26,16 @@ enum Command {
     /// Benchmarks that put Sluice and its baselines side by side in one run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Policy files: check one and print the scheduler it describes.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Policy(cmd) => policy::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,15 +9,17 @@ fn vt(len: u32, weight: u32) -> u64 {
     u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
 }
 
-/// Weighted fair queuing as start-time fair queuing (Goyal et al.): a packet of member m gets
-/// start tag `S = max(V, F_m)` and `F_m = S + len / w_m`; entries leave by S; the virtual time
-/// V is the start tag of the entry last served. Fair to within one packet per member, with no
-/// per-round scan and no floating point (tags are integers, [`VT_PER_BYTE`] per byte at
-/// weight 1, so weights up to 2^16 keep whole units).
+/// Weighted fair queuing as start-time fair queuing (Goyal et al.): a member's start tag is
+/// `S = max(V, F)` where `F` is its last finish tag, `F = S + len / w` once it sends a packet of
+/// `len` bytes, and members leave by S; the virtual time V is the start tag of the member last
+/// served. Fair to within one packet per member, with no per-round scan and no floating point
+/// (tags are integers, [`VT_PER_BYTE`] per byte at weight 1, so weights up to 2^16 keep whole
+/// units).
 ///
-/// Per packet at internal nodes (tags: `b` = F). Per member at leaves, over flows, with the
-/// start tag computed when a flow's head changes (tags: `a` = S, `b` = F): the same order for
-/// backlogged flows, and it charges the length of the packet actually sent.
+/// Per member at every node (flows at a leaf, children above): one entry per member with
+/// packets, its start tag computed when its head changes, charging the length of the packet
+/// actually sent. Tags therefore never run more than a packet or two ahead of V, whatever a
+/// member's backlog, which keeps them inside a bucketed queue's window (tags: `a` = S, `b` = F).
 #[derive(Debug, Default)]
 pub struct Wfq {
     /// Virtual time.
@@ -28,26 +30,14 @@ impl Policy for Wfq {
     fn name(&self) -> &'static str {
         "wfq"
     }
-    fn mode(&self, at_leaf: bool) -> Mode {
-        if at_leaf {
-            Mode::PerMember
-        } else {
-            Mode::PerPacket
-        }
+    fn mode(&self, _at_leaf: bool) -> Mode {
+        Mode::PerMember
     }
     fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Moving {
             span: 2 * vt(cx.max_len, cx.min_weight),
             dense: false,
         }
-    }
-    fn rank_packet(&mut self, tags: &mut Tags, cfg: &MemberCfg, pkt: &Meta, _: u64) -> Rank {
-        let s = self.v.max(tags.b);
-        tags.b = s + vt(pkt.len, cfg.weight);
-        s
-    }
-    fn popped(&mut self, rank: Rank, _: &Meta, _: u64) {
-        self.v = self.v.max(rank);
     }
     fn activate(&mut self, tags: &mut Tags, _: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
         tags.a = self.v.max(tags.b);
