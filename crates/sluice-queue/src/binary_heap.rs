@@ -49,10 +49,11 @@ impl<T: Copy> BinaryHeapQueue<T> {
     pub fn new(capacity: usize) -> Result<Self, ConfigError> {
         check_capacity(capacity)?;
         let mut heap = BinaryHeap::new();
-        heap.try_reserve_exact(2 * capacity + 64).map_err(|_| ConfigError::OutOfMemory {
-            what: "heap entries",
-            bytes: (2 * capacity as u64 + 64) * 16,
-        })?;
+        heap.try_reserve_exact(2 * capacity + 64)
+            .map_err(|_| ConfigError::OutOfMemory {
+                what: "heap entries",
+                bytes: (2 * capacity as u64 + 64) * 16,
+            })?;
         Ok(BinaryHeapQueue {
             heap,
             slab: Slab::new(capacity)?,

@@ -43,7 +43,9 @@ pub enum ConfigError {
         max: u64,
     },
     /// The memory the configuration needs could not be reserved.
-    #[error("cannot reserve memory for {what} ({bytes} bytes); use a smaller capacity or fewer buckets")]
+    #[error(
+        "cannot reserve memory for {what} ({bytes} bytes); use a smaller capacity or fewer buckets"
+    )]
     OutOfMemory {
         /// What was being reserved.
         what: &'static str,
@@ -102,15 +104,20 @@ pub(crate) const MAX_CAPACITY: usize = 1 << 29;
 /// An empty vector with room for `n` items, or `OutOfMemory` (instead of aborting the process).
 pub(crate) fn reserved<T>(n: usize, what: &'static str) -> Result<Vec<T>, ConfigError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| ConfigError::OutOfMemory {
-        what,
-        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-    })?;
+    v.try_reserve_exact(n)
+        .map_err(|_| ConfigError::OutOfMemory {
+            what,
+            bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        })?;
     Ok(v)
 }
 
 /// `n` copies of `value`, or `OutOfMemory`.
-pub(crate) fn filled<T: Clone>(n: usize, value: T, what: &'static str) -> Result<Vec<T>, ConfigError> {
+pub(crate) fn filled<T: Clone>(
+    n: usize,
+    value: T,
+    what: &'static str,
+) -> Result<Vec<T>, ConfigError> {
     let mut v = reserved(n, what)?;
     v.resize(n, value);
     Ok(v)

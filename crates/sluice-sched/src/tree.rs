@@ -197,7 +197,11 @@ impl<T: Copy> Slab<T> {
         let (mut items, mut free) = (Vec::new(), Vec::new());
         items.try_reserve_exact(capacity)?;
         free.try_reserve_exact(capacity)?;
-        Ok(Slab { items, free, len: 0 })
+        Ok(Slab {
+            items,
+            free,
+            len: 0,
+        })
     }
     fn is_full(&self) -> bool {
         self.len == self.items.capacity()

@@ -147,9 +147,7 @@ fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
     let parents: Vec<Option<usize>> = (0..n)
         .map(|i| (i > 0).then(|| gens[i].parent % i))
         .collect();
-    let is_leaf: Vec<bool> = (0..n)
-        .map(|i| !parents.contains(&Some(i)))
-        .collect();
+    let is_leaf: Vec<bool> = (0..n).map(|i| !parents.contains(&Some(i))).collect();
     let cfg = SchedConfig {
         capacity,
         flows: 1000,
@@ -374,9 +372,7 @@ fn auto_queues_deliver_every_packet_exactly_once() {
         let parents: Vec<Option<usize>> = (0..n)
             .map(|i| (i > 0).then(|| gens[i].parent % i))
             .collect();
-        let is_leaf: Vec<bool> = (0..n)
-            .map(|i| !parents.contains(&Some(i)))
-            .collect();
+        let is_leaf: Vec<bool> = (0..n).map(|i| !parents.contains(&Some(i))).collect();
         let mut ids = Vec::new();
         for (i, g) in gens.iter().enumerate() {
             let policy = if is_leaf[i] {
