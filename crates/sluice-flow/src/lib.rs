@@ -10,12 +10,20 @@
 //! - [`admission`]: zD's backpressure (zD §4): sources are Active or Paused; a fixed-capacity
 //!   scheduled buffer; `probe`, pause into a paused-sources queue ordered like the scheduler,
 //!   resume the best-ranked source into every freed slot.
+//! - [`dpfq`]: Backdraft's dynamic per-flow queues: a queue per active flow from a shared pool
+//!   of fixed rings (a lock-free stack), linked for bursts, returned when idle, bounded
+//!   globally.
+//! - [`pipeline`]: one engine's lossless path: source buffers, admission, the scheduler,
+//!   egress and completions.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod admission;
 pub mod completion;
+pub mod dpfq;
+pub mod pipeline;
 
 pub use admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
 pub use completion::{Completion, CompletionError, Completions, Outcome, Ticket};
+pub use pipeline::{IngressError, Pipeline, PipelineConfig, RankBy};

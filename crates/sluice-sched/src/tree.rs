@@ -845,6 +845,18 @@ impl Scheduler {
         true
     }
 
+    /// The leaf a packet would be classified to (`None`: no rule and no default).
+    pub fn classify(&self, p: &Packet) -> Option<NodeId> {
+        self.classifier.classify(p)
+    }
+
+    /// When the flow `key` in `leaf` may next release a packet through its own gate (its pacing
+    /// rate), if it has one: the rank of a rate-limit ordered paused-sources queue.
+    pub fn flow_next_release(&self, leaf: NodeId, key: u64) -> Option<u64> {
+        let id = self.flows.find(key, leaf)?;
+        self.flows.flows[id as usize].gate.map(|g| g.next_free())
+    }
+
     /// The flow id of `key` in `leaf`, if present.
     pub fn flow_id(&self, leaf: NodeId, key: u64) -> Option<FlowId> {
         self.flows.find(key, leaf)
