@@ -15,6 +15,10 @@
 //!   globally.
 //! - [`pipeline`]: one engine's lossless path: source buffers, admission, the scheduler,
 //!   egress and completions.
+//! - [`nba`]: the NIC-level bandwidth allocator (Carousel §3.4.3): aggregate rate limits shared
+//!   by per-core engines, redistributed every ~100 ms by max-min water-filling.
+//! - [`engine`]: per-core engines: flows hashed to engines, SPSC rings between threads, the
+//!   allocator's thread, and a step per engine that tests drive with injected time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,6 +26,8 @@
 pub mod admission;
 pub mod completion;
 pub mod dpfq;
+pub mod engine;
+pub mod nba;
 pub mod pipeline;
 
 pub use admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
