@@ -13,6 +13,7 @@
 //! - [`dpfq`]: Backdraft's dynamic per-flow queues: a queue per active flow from a shared pool
 //!   of fixed rings (a lock-free stack), linked for bursts, returned when idle, bounded
 //!   globally.
+//! - [`opf`]: Backdraft's overlay pause frames over UDP: pause, then pace, the upstream flow.
 //! - [`pipeline`]: one engine's lossless path: source buffers, admission, the scheduler,
 //!   egress and completions.
 //! - [`nba`]: the NIC-level bandwidth allocator (Carousel §3.4.3): aggregate rate limits shared
@@ -28,6 +29,7 @@ pub mod completion;
 pub mod dpfq;
 pub mod engine;
 pub mod nba;
+pub mod opf;
 pub mod pipeline;
 
 pub use admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
