@@ -2,10 +2,13 @@
 //!
 //! - `sluice bench queues`: every queue and baseline side by side (see [`bench::queues`]).
 //! - `sluice policy check FILE`: validate a policy file and print its scheduler (see [`policy`]).
+//! - `sluice top`: a live view of a running daemon's classes, rates and flows (see [`top`]).
 
 mod bench;
 mod policy;
 mod report;
+mod run;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +32,11 @@ enum Command {
     /// Policy files: check one and print the scheduler it describes.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// The software NIC: shape live traffic between ports as a configuration file says.
+    Run(run::RunArgs),
+    /// A live view of a running daemon: per-class rates against their limits, queues, drops
+    /// and the busiest flows.
+    Top(top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +44,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Policy(cmd) => policy::run(cmd),
+        Command::Run(args) => run::run(args),
+        Command::Top(args) => top::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,676 @@
+//! The daemon's configuration file (`sluice run --config FILE`), in TOML.
+//!
+//! ```toml
+//! [daemon]
+//! mode = "event"              # "event": sleep until the next frame or release (idle: ~0% CPU)
+//!                             # "busy": poll without sleeping (lowest latency, one core)
+//! engines = 1                 # per-core engines (flows hashed to engines)
+//! memory = "256MiB"           # frames held at most (the global memory bound)
+//! at_bound = "pause"          # lossless: stop reading until frames leave; "drop": drop, counted
+//! metrics = "127.0.0.1:9464"  # Prometheus text endpoint (omit to disable)
+//! control = "/run/sluice/demo.sock"  # Unix control socket, mode 0600 (omit to disable)
+//! malformed = "drop"          # malformed frames: "drop" (counted) or "default" (default class)
+//! ecn = "2ms"                 # CoDel target: mark ECN-capable frames CE when a flow's frames
+//!                             #   keep waiting longer than this ("off": never mark)
+//! ecn_interval = "20ms"       # ... for longer than this (about a round-trip time)
+//!
+//! [[port]]
+//! name = "a"                  # how links and statistics refer to it
+//! kind = "tap"                # "tap": create a tap (with virtio-net header) ...
+//! ifname = "sl-a"             # ... with this name (default: sl<pid>-<port index>, unique)
+//! netns = "sl-ns-a"           # ... moved into this namespace, which the daemon creates (it
+//!                             #     must not exist) and removes when it stops
+//! address = "10.77.0.1/24"    # ... with this address, brought up
+//! delay = "5ms"               # optional delay line on frames leaving this port
+//! jitter = "1ms"
+//!
+//! [[port]]
+//! name = "uplink"
+//! kind = "af_packet"          # an existing interface, through AF_PACKET (TPACKET_V3)
+//! ifname = "eth1"
+//!
+//! [[link]]                    # frames read on `from` leave through `to`
+//! from = "a"
+//! to = "b"
+//! policy = "examples/policies/three-classes.toml"   # scheduled by this policy
+//!
+//! [[link]]
+//! from = "b"
+//! to = "a"                    # no policy: first in, first out, unshaped
+//! ```
+//!
+//! Relative policy paths are relative to the configuration file. Every error names the file
+//! and what is wrong; TOML syntax errors carry line and column.
+
+use serde::Deserialize;
+use sluice_sched::units::{parse_duration, parse_size};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// How the datapath waits for work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Sleep in epoll until a frame arrives or the shaper's next release (timerfd).
+    Event,
+    /// Poll continuously on one core.
+    Busy,
+}
+
+/// What to do when no frame buffer is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtBound {
+    /// Stop reading until frames leave (lossless inside the daemon; the kernel's own ring
+    /// drops if the sender keeps going).
+    Pause,
+    /// Read and drop the frame, counted.
+    Drop,
+}
+
+/// What to do with a frame that does not parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Malformed {
+    /// Drop it (counted per reason).
+    Drop,
+    /// Forward it in the default class (counted per reason).
+    Default,
+}
+
+/// A port's kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortKind {
+    /// Create a tap device.
+    Tap {
+        /// Namespace to move it into (created if missing).
+        netns: Option<String>,
+        /// Address (with prefix length) to give it there.
+        address: Option<(IpAddr, u8)>,
+    },
+    /// Attach to an existing interface with AF_PACKET.
+    AfPacket,
+}
+
+/// One port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Its name in links and statistics.
+    pub name: String,
+    /// Interface name.
+    pub ifname: String,
+    /// Kind.
+    pub kind: PortKind,
+    /// Delay added to frames leaving it, ns.
+    pub delay_ns: u64,
+    /// Jitter added on top, up to this many ns.
+    pub jitter_ns: u64,
+}
+
+/// One direction between two ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Index of the port frames are read from.
+    pub from: usize,
+    /// Index of the port they leave through.
+    pub to: usize,
+    /// Policy file scheduling them (None: FIFO, unshaped).
+    pub policy: Option<PathBuf>,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How to wait.
+    pub mode: Mode,
+    /// Engines.
+    pub engines: usize,
+    /// Frame buffers (memory / buffer size).
+    pub buffers: usize,
+    /// Action at the bound.
+    pub at_bound: AtBound,
+    /// Prometheus endpoint.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Control socket path.
+    pub control: Option<PathBuf>,
+    /// Malformed frames.
+    pub malformed: Malformed,
+    /// ECN marking by CoDel (None: never mark).
+    pub ecn: Option<crate::codel::Params>,
+    /// Ports.
+    pub ports: Vec<PortConfig>,
+    /// Links.
+    pub links: Vec<LinkConfig>,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The file.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Malformed TOML or unknown keys (the message carries line and column).
+    #[error("{file}: {message}")]
+    Syntax {
+        /// The file.
+        file: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value that cannot hold.
+    #[error("{file}: {what}; expected {expected}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        what: String,
+        /// What was expected.
+        expected: String,
+    },
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    mode: Option<String>,
+    engines: Option<i64>,
+    memory: Option<toml::Value>,
+    at_bound: Option<String>,
+    metrics: Option<String>,
+    control: Option<String>,
+    malformed: Option<String>,
+    ecn: Option<String>,
+    ecn_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    name: String,
+    kind: String,
+    ifname: Option<String>,
+    netns: Option<String>,
+    address: Option<String>,
+    delay: Option<String>,
+    jitter: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    from: String,
+    to: String,
+    policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    daemon: RawDaemon,
+    #[serde(default)]
+    port: Vec<RawPort>,
+    #[serde(default)]
+    link: Vec<RawLink>,
+}
+
+/// The ECN (CoDel) target when the file does not say.
+pub const DEFAULT_ECN: &str = "2ms";
+
+/// The ECN (CoDel) interval when the file does not say.
+pub const DEFAULT_ECN_INTERVAL: &str = "20ms";
+
+/// Most characters in an interface name (IFNAMSIZ - 1).
+pub const IFNAME_MAX: usize = 15;
+
+/// Whether `s` is a usable interface or namespace name.
+pub fn valid_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && s != "."
+        && s != ".."
+}
+
+impl Config {
+    /// Read and check the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            file: file.clone(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, &file, base)
+    }
+
+    /// Check `text` (from `file`; policy paths relative to `base`).
+    pub fn parse(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: file.to_string(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        let invalid = |what: String, expected: &str| ConfigError::Invalid {
+            file: file.to_string(),
+            what,
+            expected: expected.to_string(),
+        };
+        let d = raw.daemon;
+        let mode = match d.mode.as_deref().unwrap_or("event") {
+            "event" => Mode::Event,
+            "busy" => Mode::Busy,
+            other => {
+                return Err(invalid(
+                    format!("[daemon] mode = \"{other}\""),
+                    "\"event\" or \"busy\"",
+                ));
+            }
+        };
+        let engines = d.engines.unwrap_or(1);
+        if !(1..=64).contains(&engines) {
+            return Err(invalid(format!("[daemon] engines = {engines}"), "1..=64"));
+        }
+        let memory = match d.memory {
+            None => 256 << 20,
+            Some(toml::Value::Integer(i)) if i > 0 => i as u64,
+            Some(toml::Value::String(s)) => parse_size(&s)
+                .map_err(|e| invalid(format!("[daemon] memory: {e}"), "a size like \"256MiB\""))?,
+            Some(v) => {
+                return Err(invalid(
+                    format!("[daemon] memory = {v}"),
+                    "a size like \"256MiB\"",
+                ));
+            }
+        };
+        let buffers = memory / crate::buffers::BUF_SIZE as u64;
+        if !(16..=1 << 20).contains(&buffers) {
+            return Err(invalid(
+                format!("[daemon] memory = {memory} bytes holds {buffers} frames of 64 KiB"),
+                "between 1MiB and 64GiB (16 to 1048576 frames)",
+            ));
+        }
+        let at_bound = match d.at_bound.as_deref().unwrap_or("pause") {
+            "pause" => AtBound::Pause,
+            "drop" => AtBound::Drop,
+            other => {
+                return Err(invalid(
+                    format!("[daemon] at_bound = \"{other}\""),
+                    "\"pause\" or \"drop\"",
+                ));
+            }
+        };
+        let malformed = match d.malformed.as_deref().unwrap_or("drop") {
+            "drop" => Malformed::Drop,
+            "default" => Malformed::Default,
+            other => {
+                return Err(invalid(
+                    format!("[daemon] malformed = \"{other}\""),
+                    "\"drop\" or \"default\"",
+                ));
+            }
+        };
+        let metrics = match d.metrics {
+            None => None,
+            Some(m) => {
+                let addr: std::net::SocketAddr = m.parse().map_err(|_| {
+                    invalid(
+                        format!("[daemon] metrics = \"{m}\""),
+                        "an address like \"127.0.0.1:9464\"",
+                    )
+                })?;
+                if !addr.ip().is_loopback() {
+                    return Err(invalid(
+                        format!("[daemon] metrics = \"{m}\" is not a loopback address"),
+                        "127.0.0.1 or ::1 (metrics stay on this host)",
+                    ));
+                }
+                Some(addr)
+            }
+        };
+        let ecn_duration = |key: &str, v: &str| -> Result<u64, ConfigError> {
+            let ns = parse_duration(v).map_err(|err| {
+                invalid(
+                    format!("[daemon] {key} = \"{v}\": {err}"),
+                    "a duration like \"2ms\", or \"off\"",
+                )
+            })?;
+            if !(1_000..=10_000_000_000).contains(&ns) {
+                return Err(invalid(
+                    format!("[daemon] {key} = \"{v}\""),
+                    "between 1us and 10s, or \"off\"",
+                ));
+            }
+            Ok(ns)
+        };
+        let interval_ns = ecn_duration(
+            "ecn_interval",
+            d.ecn_interval.as_deref().unwrap_or(DEFAULT_ECN_INTERVAL),
+        )?;
+        let ecn = match d.ecn.as_deref().unwrap_or(DEFAULT_ECN) {
+            "off" => None,
+            e => Some(crate::codel::Params {
+                target_ns: ecn_duration("ecn", e)?,
+                interval_ns,
+            }),
+        };
+        let control = d.control.map(PathBuf::from);
+        let pid = std::process::id();
+        let mut ports: Vec<PortConfig> = Vec::new();
+        for p in raw.port {
+            if !valid_name(&p.name, 32) {
+                return Err(invalid(
+                    format!("port name \"{}\"", p.name),
+                    "1-32 letters, digits, '-', '_' or '.'",
+                ));
+            }
+            if ports.iter().any(|q| q.name == p.name) {
+                return Err(invalid(
+                    format!("two ports are named \"{}\"", p.name),
+                    "unique port names",
+                ));
+            }
+            // pid and index: unique among daemons and among this daemon's ports, and at most
+            // 2 + 7 + 1 + 2 characters.
+            let ifname = p
+                .ifname
+                .unwrap_or_else(|| format!("sl{pid}-{}", ports.len()));
+            if !valid_name(&ifname, IFNAME_MAX) {
+                return Err(invalid(
+                    format!("port \"{}\": ifname \"{ifname}\"", p.name),
+                    "an interface name of 1-15 letters, digits, '-', '_' or '.'",
+                ));
+            }
+            let kind = match p.kind.as_str() {
+                "tap" => {
+                    if let Some(ns) = &p.netns {
+                        if !valid_name(ns, 64) {
+                            return Err(invalid(
+                                format!("port \"{}\": netns \"{ns}\"", p.name),
+                                "a namespace name of letters, digits, '-', '_' or '.'",
+                            ));
+                        }
+                    }
+                    let address = match &p.address {
+                        None => None,
+                        Some(a) => Some(parse_cidr(a).ok_or_else(|| {
+                            invalid(
+                                format!("port \"{}\": address \"{a}\"", p.name),
+                                "an address with prefix length, like \"10.77.0.1/24\"",
+                            )
+                        })?),
+                    };
+                    PortKind::Tap {
+                        netns: p.netns,
+                        address,
+                    }
+                }
+                "af_packet" => {
+                    if p.netns.is_some() || p.address.is_some() {
+                        return Err(invalid(
+                            format!("port \"{}\": netns/address on an af_packet port", p.name),
+                            "an existing interface, configured outside the daemon",
+                        ));
+                    }
+                    PortKind::AfPacket
+                }
+                other => {
+                    return Err(invalid(
+                        format!("port \"{}\": kind \"{other}\"", p.name),
+                        "\"tap\" or \"af_packet\"",
+                    ));
+                }
+            };
+            let dur = |v: &Option<String>, key: &str| -> Result<u64, ConfigError> {
+                match v {
+                    None => Ok(0),
+                    Some(s) => {
+                        let ns = parse_duration(s).map_err(|e| {
+                            invalid(
+                                format!("port \"{}\": {key}: {e}", p.name),
+                                "a duration like \"5ms\"",
+                            )
+                        })?;
+                        if ns > 10_000_000_000 {
+                            return Err(invalid(
+                                format!("port \"{}\": {key} = \"{s}\"", p.name),
+                                "at most 10s",
+                            ));
+                        }
+                        Ok(ns)
+                    }
+                }
+            };
+            let delay_ns = dur(&p.delay, "delay")?;
+            let jitter_ns = dur(&p.jitter, "jitter")?;
+            ports.push(PortConfig {
+                name: p.name,
+                ifname,
+                kind,
+                delay_ns,
+                jitter_ns,
+            });
+        }
+        if ports.is_empty() {
+            return Err(invalid(
+                "no [[port]]".into(),
+                "at least two ports and a [[link]] between them",
+            ));
+        }
+        let mut links = Vec::new();
+        for l in raw.link {
+            let find = |n: &str| ports.iter().position(|p| p.name == n);
+            let names = ports
+                .iter()
+                .map(|p| format!("\"{}\"", p.name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let from = find(&l.from).ok_or_else(|| {
+                invalid(
+                    format!("link from unknown port \"{}\"", l.from),
+                    &format!("one of {names}"),
+                )
+            })?;
+            let to = find(&l.to).ok_or_else(|| {
+                invalid(
+                    format!("link to unknown port \"{}\"", l.to),
+                    &format!("one of {names}"),
+                )
+            })?;
+            if from == to {
+                return Err(invalid(
+                    format!("link from \"{}\" to itself", l.from),
+                    "a link between two different ports",
+                ));
+            }
+            if links.iter().any(|x: &LinkConfig| x.from == from) {
+                return Err(invalid(
+                    format!("two links read from port \"{}\"", l.from),
+                    "one link per reading port",
+                ));
+            }
+            links.push(LinkConfig {
+                from,
+                to,
+                policy: l.policy.map(|p| base.join(p)),
+            });
+        }
+        if links.is_empty() {
+            return Err(invalid(
+                "no [[link]]".into(),
+                "at least one link from a port to another",
+            ));
+        }
+        Ok(Config {
+            mode,
+            engines: engines as usize,
+            buffers: buffers as usize,
+            at_bound,
+            metrics,
+            control,
+            malformed,
+            ecn,
+            ports,
+            links,
+        })
+    }
+}
+
+/// Parse `addr/len`.
+pub fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let addr: IpAddr = a.parse().ok()?;
+    let len: u8 = l.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    (len <= max).then_some((addr, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[daemon]
+mode = "event"
+memory = "64MiB"
+metrics = "127.0.0.1:9464"
+
+[[port]]
+name = "a"
+kind = "tap"
+netns = "ns-a"
+address = "10.77.0.1/24"
+delay = "5ms"
+
+[[port]]
+name = "b"
+kind = "tap"
+ifname = "tap-b"
+
+[[link]]
+from = "a"
+to = "b"
+policy = "p.toml"
+
+[[link]]
+from = "b"
+to = "a"
+"#;
+
+    #[test]
+    fn a_good_file() {
+        let c = Config::parse(GOOD, "d.toml", Path::new("/etc/sluice")).unwrap();
+        assert_eq!(c.mode, Mode::Event);
+        assert_eq!(c.buffers, (64 << 20) / crate::buffers::BUF_SIZE);
+        assert_eq!(c.ports.len(), 2);
+        assert_eq!(c.ports[0].delay_ns, 5_000_000);
+        assert!(c.ports[0].ifname.starts_with("sl"));
+        assert_eq!(c.ports[1].ifname, "tap-b");
+        assert_eq!(
+            c.links[0].policy.as_deref(),
+            Some(Path::new("/etc/sluice/p.toml"))
+        );
+        assert_eq!(c.links[1].policy, None);
+        assert_eq!(
+            c.ecn,
+            Some(crate::codel::Params {
+                target_ns: 2_000_000,
+                interval_ns: 20_000_000
+            }),
+            "ECN marking is on by default"
+        );
+        let off = Config::parse(
+            &GOOD.replace("[daemon]", "[daemon]\necn = \"off\""),
+            "d.toml",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(off.ecn, None);
+    }
+
+    #[test]
+    fn default_interface_names_are_unique_per_daemon_and_port() {
+        let text = GOOD.replace("ifname = \"tap-b\"\n", "");
+        let c = Config::parse(&text, "d.toml", Path::new(".")).unwrap();
+        let pid = std::process::id();
+        assert_eq!(c.ports[0].ifname, format!("sl{pid}-0"));
+        assert_eq!(c.ports[1].ifname, format!("sl{pid}-1"));
+    }
+
+    #[test]
+    fn errors_say_what_and_what_was_expected() {
+        for (change, needle) in [
+            (
+                GOOD.replace("mode = \"event\"", "mode = \"fast\""),
+                "\"event\" or \"busy\"",
+            ),
+            (
+                GOOD.replace("memory = \"64MiB\"", "memory = \"1KB\""),
+                "16 to 1048576 frames",
+            ),
+            (GOOD.replace("127.0.0.1:9464", "0.0.0.0:9464"), "loopback"),
+            (
+                GOOD.replace("address = \"10.77.0.1/24\"", "address = \"10.77.0.1\""),
+                "prefix length",
+            ),
+            (
+                GOOD.replace("address = \"10.77.0.1/24\"", "address = \"10.77.0.1/40\""),
+                "prefix length",
+            ),
+            (
+                GOOD.replace("ifname = \"tap-b\"", "ifname = \"a-name-far-too-long\""),
+                "1-15",
+            ),
+            (
+                GOOD.replace("to = \"b\"", "to = \"c\""),
+                "unknown port \"c\"",
+            ),
+            (GOOD.replace("delay = \"5ms\"", "delay = \"5\""), "duration"),
+            (
+                GOOD.replace("kind = \"tap\"\nifname", "kind = \"tun\"\nifname"),
+                "\"tap\" or \"af_packet\"",
+            ),
+            (
+                GOOD.replace(
+                    "[[link]]\nfrom = \"b\"\nto = \"a\"",
+                    "[[link]]\nfrom = \"a\"\nto = \"b\"",
+                ),
+                "one link per reading port",
+            ),
+            (
+                GOOD.replace("mode = \"event\"", "mode = \"event\"\nspeed = 3"),
+                "unknown field `speed`",
+            ),
+            (GOOD.replace("[daemon]", "[daemon"), "line"),
+            (
+                GOOD.replace("[daemon]", "[daemon]\necn = \"soon\""),
+                "\"off\"",
+            ),
+            (
+                GOOD.replace("[daemon]", "[daemon]\necn = \"20s\""),
+                "between 1us and 10s",
+            ),
+        ] {
+            let e = Config::parse(&change, "d.toml", Path::new("."))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("d.toml: "), "{e}");
+            assert!(e.contains(needle), "{needle:?} not in: {e}");
+        }
+    }
+
+    #[test]
+    fn names_and_cidrs() {
+        assert!(valid_name("sl-ns-a", 64));
+        assert!(!valid_name("../etc", 64));
+        assert!(!valid_name("a b", 64));
+        assert!(!valid_name("", 15));
+        assert_eq!(
+            parse_cidr("fd00::1/64"),
+            Some(("fd00::1".parse().unwrap(), 64))
+        );
+        assert_eq!(parse_cidr("10.0.0.1/33"), None);
+    }
+}

@@ -1,0 +1,168 @@
+//! The control plane's messages, and the handle other threads use to reach the datapath.
+//!
+//! The datapath is owned by one thread and never locked: the control socket and the metrics
+//! endpoint send it a [`Command`] (a [`Request`] and a channel for the [`Reply`]) through a
+//! bounded channel and wake it ([`ControlHandle::call`]); the datapath thread answers between
+//! two steps ([`crate::daemon`]). So a slow or hostile client can delay nothing but its own
+//! answer.
+//!
+//! The wire protocol of the Unix socket (one JSON object per line, both ways) is in
+//! [`crate::control_socket`].
+
+use crate::stats::Snapshot;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::Duration;
+
+/// What a client may ask.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Every counter, now. (A struct variant, so that unknown fields are refused.)
+    Stats {},
+    /// Change (or remove, with `rate: null` or "none") the rate limit of a node of the link that
+    /// reads from port `link`.
+    SetRate {
+        /// The link, by the name of the port it reads from.
+        link: String,
+        /// The node, by name.
+        node: String,
+        /// A rate like "200Mbit", or "none" to remove the limit.
+        rate: String,
+        /// Its burst, a size like "15KB" (default 0).
+        #[serde(default)]
+        burst: Option<String>,
+    },
+    /// Change the weight of a node of the link that reads from port `link`.
+    SetWeight {
+        /// The link, by the name of the port it reads from.
+        link: String,
+        /// The node, by name.
+        node: String,
+        /// The new weight (1..=65536).
+        weight: u32,
+    },
+}
+
+/// The answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// The counters.
+    Stats(Box<Snapshot>),
+    /// Done.
+    Ok,
+    /// Refused, with why.
+    Error(String),
+}
+
+/// A request in flight to the datapath thread.
+pub struct Command {
+    /// The request.
+    pub request: Request,
+    /// Where the datapath sends the reply.
+    pub reply: SyncSender<Reply>,
+}
+
+/// Requests waiting for the datapath at most; more are refused as busy.
+pub const QUEUE: usize = 64;
+
+/// How other threads reach the datapath: cloneable, `Send`.
+#[derive(Clone)]
+pub struct ControlHandle {
+    tx: SyncSender<Command>,
+    wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl ControlHandle {
+    /// A handle and the receiving end the datapath drains; `wake` makes the datapath thread
+    /// look at its commands soon (for instance by writing to an eventfd it polls).
+    pub fn new(wake: Arc<dyn Fn() + Send + Sync>) -> (ControlHandle, Receiver<Command>) {
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        (ControlHandle { tx, wake }, rx)
+    }
+
+    /// Send `request` and wait up to `timeout` for the reply. A stopped or busy datapath gives
+    /// a [`Reply::Error`].
+    pub fn call(&self, request: Request, timeout: Duration) -> Reply {
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        match self.tx.try_send(Command {
+            request,
+            reply: reply_tx,
+        }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Reply::Error("the datapath is busy; try again".into());
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                return Reply::Error("the datapath has stopped".into());
+            }
+        }
+        (self.wake)();
+        match reply_rx.recv_timeout(timeout) {
+            Ok(reply) => reply,
+            Err(RecvTimeoutError::Timeout) => {
+                Reply::Error("the datapath did not answer in time".into())
+            }
+            Err(RecvTimeoutError::Disconnected) => Reply::Error("the datapath has stopped".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn requests_parse_from_json_and_unknown_ones_do_not() {
+        let r: Request = serde_json::from_str(r#"{"cmd":"stats"}"#).unwrap();
+        assert_eq!(r, Request::Stats {});
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"set_rate","link":"a","node":"gold","rate":"100Mbit"}"#)
+                .unwrap();
+        assert_eq!(
+            r,
+            Request::SetRate {
+                link: "a".into(),
+                node: "gold".into(),
+                rate: "100Mbit".into(),
+                burst: None
+            }
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"stats","x":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<Request>(
+                r#"{"cmd":"set_weight","link":"a","node":"b","weight":-1}"#
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn call_wakes_the_datapath_and_returns_its_reply() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        let (handle, rx) = ControlHandle::new(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        let server = std::thread::spawn(move || {
+            let cmd = rx.recv().unwrap();
+            assert_eq!(cmd.request, Request::Stats {});
+            cmd.reply.send(Reply::Ok).unwrap();
+        });
+        assert_eq!(
+            handle.call(Request::Stats {}, Duration::from_secs(10)),
+            Reply::Ok
+        );
+        server.join().unwrap();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        // The datapath is gone: a clear error, not a hang.
+        match handle.call(Request::Stats {}, Duration::from_secs(10)) {
+            Reply::Error(e) => assert!(e.contains("stopped"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! The datapath: a lossless virtual switch between ports.
+//!
+//! ```text
+//!  port a ──read──> parse ──> link a->b: Pipeline (source buffers -> admission -> scheduler)
+//!                                                         │ egress at release time
+//!  port b <──write── delay line (optional) <──────────────┘
+//! ```
+//!
+//! Each [`Datapath::step`] reads every port eagerly (up to a batch each), since no port stops
+//! its sender when the reader stalls: the kernel would drop at its ring, and TCP would see loss
+//! instead of delay. A frame goes into a buffer of the arena, is parsed (malformed frames are
+//! counted per reason, then dropped or sent to the default class), charged its bytes on the
+//! wire (every segment of a GSO super-frame) and handed to its link's pipeline. Then every
+//! link's scheduler releases what is due, straight to the outgoing port or through its delay
+//! line.
+//!
+//! **At the memory bound** (no free buffer, or the pipeline's source buffers full): lossless,
+//! the datapath stops reading that port and keeps the frame in hand until frames leave;
+//! lossy, it reads and drops, counted.
+//!
+//! Time is passed in (the daemon reads the clock once per step); [`Datapath::next_wake`] says
+//! when the next release is due, so an event-driven host can sleep until then.
+
+use crate::buffers::{BUF_SIZE, Buffers, Meta};
+use crate::codel::{self, Codel};
+use crate::config::{AtBound, Malformed};
+use crate::delay::DelayLine;
+use crate::ecn;
+use crate::parse;
+use crate::port::{Port, VNET_HDR_LEN, VnetHdr};
+use crate::stats::{
+    ClassSnapshot, Counters, DropReason, FlowCounts, LinkSnapshot, PortSnapshot, Snapshot,
+};
+use sluice_flow::dpfq::{BoundAction, RingPool};
+use sluice_flow::{IngressError, Pipeline, PipelineConfig};
+use sluice_sched::{Fields, Headers, NodeId, Packet, Rate, Scheduler};
+use std::collections::VecDeque;
+use std::io;
+
+/// Frames read from one port per step at most (so one busy port cannot starve the others).
+pub const BATCH: usize = 64;
+
+/// One direction of the switch.
+pub struct Link {
+    /// Reading port.
+    pub from: usize,
+    /// Writing port.
+    pub to: usize,
+    /// Its pipeline (and scheduler).
+    pub pipeline: Pipeline,
+    /// The policy file it came from.
+    pub policy: Option<String>,
+    flows: FlowCounts,
+    codel: Option<Codel>,
+}
+
+/// How to build a link.
+pub struct LinkSpec {
+    /// Reading port.
+    pub from: usize,
+    /// Writing port.
+    pub to: usize,
+    /// Its scheduler.
+    pub scheduler: Scheduler,
+    /// The policy file (for statistics).
+    pub policy: Option<String>,
+}
+
+/// Datapath settings.
+#[derive(Clone, Copy, Debug)]
+pub struct DatapathConfig {
+    /// Frame buffers (the memory bound).
+    pub buffers: usize,
+    /// Action at the bound.
+    pub at_bound: AtBound,
+    /// Malformed frames.
+    pub malformed: Malformed,
+    /// Frames the scheduled buffer (zD) of each link holds.
+    pub scheduled: usize,
+    /// Mark ECN-capable frames Congestion Experienced by CoDel's law with these parameters
+    /// (None: never mark). See [`crate::codel`] and [`crate::ecn`].
+    pub ecn: Option<codel::Params>,
+}
+
+/// Why a datapath cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    /// A link names a port that does not exist.
+    #[error("link from port {from} to port {to}: no such port")]
+    NoPort {
+        /// From.
+        from: usize,
+        /// To.
+        to: usize,
+    },
+    /// A pipeline cannot be built.
+    #[error("link {from} -> {to}: {source}")]
+    Pipeline {
+        /// From.
+        from: String,
+        /// To.
+        to: String,
+        /// Why.
+        source: sluice_flow::pipeline::PipelineError,
+    },
+    /// The source buffer pool cannot be built.
+    #[error("source buffers: {0}")]
+    Pool(#[from] sluice_flow::dpfq::DpfqError),
+}
+
+/// The switch; see the module note.
+pub struct Datapath {
+    ports: Vec<Box<dyn Port>>,
+    names: Vec<String>,
+    links: Vec<Link>,
+    /// For each port, the link its frames go to.
+    link_of: Vec<Option<usize>>,
+    buffers: Buffers,
+    scratch: Vec<u8>,
+    delay: Vec<DelayLine>,
+    /// Frames a port could not take yet, in order.
+    tx_backlog: Vec<VecDeque<u32>>,
+    /// Per reading port: a frame refused with backpressure, retried before reading more.
+    held: Vec<Option<(u32, Packet)>>,
+    at_bound: AtBound,
+    malformed: Malformed,
+    counters: Counters,
+}
+
+impl Datapath {
+    /// A switch over `ports` (named `names`), with `links` and per-port delay lines `delays`
+    /// (`(delay_ns, jitter_ns)`).
+    pub fn new(
+        ports: Vec<Box<dyn Port>>,
+        names: Vec<String>,
+        delays: Vec<(u64, u64)>,
+        links: Vec<LinkSpec>,
+        cfg: DatapathConfig,
+    ) -> Result<Self, DatapathError> {
+        let n = ports.len();
+        let pool = RingPool::new(cfg.buffers.div_ceil(16) + 1024, 16, cfg.buffers)?;
+        let mut link_of = vec![None; n];
+        let mut built = Vec::with_capacity(links.len());
+        for (i, l) in links.into_iter().enumerate() {
+            if l.from >= n || l.to >= n {
+                return Err(DatapathError::NoPort {
+                    from: l.from,
+                    to: l.to,
+                });
+            }
+            let sources = l.scheduler.flow_capacity().max(1);
+            let scheduled = cfg.scheduled.min(l.scheduler.capacity()).max(1);
+            let pcfg = PipelineConfig {
+                at_bound: match cfg.at_bound {
+                    AtBound::Pause => BoundAction::Pause,
+                    AtBound::Drop => BoundAction::Drop,
+                },
+                ..PipelineConfig::new(sources, scheduled, cfg.buffers)
+            };
+            let pipeline =
+                Pipeline::with_pool(l.scheduler, pcfg, pool.clone()).map_err(|source| {
+                    DatapathError::Pipeline {
+                        from: names[l.from].clone(),
+                        to: names[l.to].clone(),
+                        source,
+                    }
+                })?;
+            link_of[l.from] = Some(i);
+            built.push(Link {
+                from: l.from,
+                to: l.to,
+                pipeline,
+                policy: l.policy,
+                flows: FlowCounts::new(4096),
+                codel: cfg.ecn.map(Codel::new),
+            });
+        }
+        Ok(Datapath {
+            delay: (0..n)
+                .map(|i| {
+                    let (d, j) = delays.get(i).copied().unwrap_or((0, 0));
+                    DelayLine::new(d, j, 0x5eed + i as u64)
+                })
+                .collect(),
+            tx_backlog: vec![VecDeque::new(); n],
+            held: vec![None; n],
+            ports,
+            names,
+            links: built,
+            link_of,
+            buffers: Buffers::new(cfg.buffers),
+            scratch: vec![0; BUF_SIZE],
+            at_bound: cfg.at_bound,
+            malformed: cfg.malformed,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &[Box<dyn Port>] {
+        &self.ports
+    }
+
+    /// The links.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The datapath's own counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
+    /// for room, and a buffer is free (or frames are dropped at the bound). An event-driven
+    /// host stops waiting for `p`'s frames while this is false, and looks again after a step.
+    pub fn wants_read(&self, p: usize) -> bool {
+        self.link_of.get(p).is_some_and(Option::is_some)
+            && self.held.get(p).is_some_and(Option::is_none)
+            && (self.buffers.available() > 0 || self.at_bound == AtBound::Drop)
+    }
+
+    /// Frames held anywhere in the datapath (buffers in use).
+    pub fn held(&self) -> usize {
+        self.buffers.count() - self.buffers.available()
+    }
+
+    /// One round: read every port, release what the schedulers let go, flush delay lines.
+    /// Returns whether any frame moved.
+    pub fn step(&mut self, now: u64) -> bool {
+        let mut moved = false;
+        for p in 0..self.ports.len() {
+            moved |= self.read_port(p, now);
+        }
+        for l in 0..self.links.len() {
+            moved |= self.release(l, now);
+        }
+        for p in 0..self.ports.len() {
+            moved |= self.flush(p, now);
+        }
+        moved
+    }
+
+    /// Read up to a batch of frames from port `p` into its link.
+    fn read_port(&mut self, p: usize, now: u64) -> bool {
+        let Some(l) = self.link_of[p] else {
+            return false;
+        };
+        let mut moved = false;
+        if let Some((buf, pkt)) = self.held[p].take() {
+            if !self.ingress(p, l, buf, pkt, now) {
+                return false;
+            }
+            moved = true;
+        }
+        for _ in 0..BATCH {
+            let Some(buf) = self.buffers.take() else {
+                match self.at_bound {
+                    AtBound::Pause => {
+                        // Lossless: leave the frames in the kernel until frames leave here.
+                        self.counters.read_pauses += 1;
+                        break;
+                    }
+                    AtBound::Drop => match self.ports[p].recv(&mut self.scratch) {
+                        Ok(Some(_)) => {
+                            self.counters.drop(DropReason::AtBound);
+                            moved = true;
+                            continue;
+                        }
+                        _ => break,
+                    },
+                }
+            };
+            match self.ports[p].recv(self.buffers.space(buf)) {
+                Ok(Some(len)) => {
+                    self.buffers.set_len(buf, len);
+                    moved = true;
+                    let Some(pkt) = self.classify(buf, now) else {
+                        self.buffers.give(buf);
+                        continue;
+                    };
+                    if !self.ingress(p, l, buf, pkt, now) {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    self.buffers.give(buf);
+                    break;
+                }
+                Err(e) => {
+                    self.buffers.give(buf);
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        tracing::warn!(port = %self.names[p], error = %e, "read failed");
+                    }
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    /// Parse the frame in `buf` into a packet descriptor, or count why not (`None`: dropped).
+    fn classify(&mut self, buf: u32, now: u64) -> Option<Packet> {
+        let frame = self.buffers.frame(buf);
+        let Some(vnet) = VnetHdr::read(frame) else {
+            self.counters.malformed("truncated_vnet_header");
+            self.counters.drop(DropReason::Malformed);
+            return None;
+        };
+        let eth = &frame[VNET_HDR_LEN..];
+        if eth.is_empty() {
+            self.counters.drop(DropReason::Empty);
+            return None;
+        }
+        let mut meta = Meta {
+            arrived: now,
+            l3: 0,
+            ethertype: 0,
+        };
+        let (headers, flow, wire) = match parse::parse(eth) {
+            Ok(pp) => {
+                if pp.l3_len > 0 {
+                    meta.l3 = pp.l2_len + VNET_HDR_LEN as u16;
+                    meta.ethertype = pp.ethertype;
+                }
+                (
+                    pp.headers(),
+                    pp.flow_key(),
+                    parse::wire_bytes(&vnet, Some(&pp), eth.len()),
+                )
+            }
+            Err(m) => {
+                self.counters.malformed(m.name());
+                if self.malformed == Malformed::Drop {
+                    self.counters.drop(DropReason::Malformed);
+                    return None;
+                }
+                (
+                    Headers::default(),
+                    0,
+                    parse::wire_bytes(&vnet, None, eth.len()),
+                )
+            }
+        };
+        self.buffers.set_meta(buf, meta);
+        Some(Packet {
+            token: u64::from(buf),
+            len: wire.min(u64::from(u32::MAX)) as u32,
+            flow,
+            class: None,
+            headers,
+            fields: Fields::default(),
+        })
+    }
+
+    /// Hand a frame to link `l`'s pipeline. False when the link pushes back (the frame is
+    /// kept for the next step and reading port `p` stops).
+    fn ingress(&mut self, p: usize, l: usize, buf: u32, pkt: Packet, now: u64) -> bool {
+        match self.links[l].pipeline.ingress(now, pkt) {
+            Ok(()) => true,
+            Err(IngressError::Backpressure(_)) => {
+                self.held[p] = Some((buf, pkt));
+                false
+            }
+            Err(e) => {
+                self.counters.drop(match e {
+                    IngressError::NoClass => DropReason::NoClass,
+                    IngressError::ZeroLength => DropReason::Empty,
+                    IngressError::Dropped | IngressError::Backpressure(_) => DropReason::AtBound,
+                });
+                self.buffers.give(buf);
+                true
+            }
+        }
+    }
+
+    /// Let link `l`'s scheduler release what is due at `now`.
+    fn release(&mut self, l: usize, now: u64) -> bool {
+        let mut moved = false;
+        while let Some(pkt) = self.links[l].pipeline.egress(now) {
+            moved = true;
+            let buf = pkt.token as u32;
+            let link = &mut self.links[l];
+            let headers = pkt.headers;
+            link.flows
+                .add(pkt.flow, u64::from(pkt.len), || label(&headers));
+            let to = link.to;
+            self.mark_if_late(l, buf, pkt.flow, now);
+            if self.delay[to].is_active() {
+                self.delay[to].push(now, buf);
+            } else {
+                self.transmit(to, buf);
+            }
+        }
+        while let Some((pkt, _why)) = self.links[l].pipeline.take_rejected() {
+            self.counters.drop(DropReason::Rejected);
+            self.buffers.give(pkt.token as u32);
+        }
+        moved
+    }
+
+    /// Mark the frame in `buf` (of `flow`, leaving link `l`) Congestion Experienced if CoDel
+    /// says its flow's queue has stood too long.
+    fn mark_if_late(&mut self, l: usize, buf: u32, flow: u64, now: u64) {
+        let Some(codel) = self.links[l].codel.as_mut() else {
+            return;
+        };
+        let meta = self.buffers.meta(buf);
+        if meta.l3 == 0 || !codel.on_leave(flow, now, now.saturating_sub(meta.arrived)) {
+            return;
+        }
+        let frame = self.buffers.frame_mut(buf);
+        if ecn::mark_ce(frame, usize::from(meta.l3), meta.ethertype) == ecn::Marked::Marked {
+            self.counters.ecn_marked += 1;
+        }
+    }
+
+    /// Write what port `p` has waiting: frames it could not take before, then due delayed ones.
+    fn flush(&mut self, p: usize, now: u64) -> bool {
+        let mut moved = self.retry_backlog(p);
+        while self.tx_backlog[p].is_empty() {
+            let Some(buf) = self.delay[p].pop_due(now) else {
+                break;
+            };
+            moved = true;
+            self.transmit(p, buf);
+        }
+        moved
+    }
+
+    fn retry_backlog(&mut self, p: usize) -> bool {
+        let mut moved = false;
+        while let Some(&buf) = self.tx_backlog[p].front() {
+            match self.ports[p].send(self.buffers.frame(buf)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                result => {
+                    self.tx_backlog[p].pop_front();
+                    if result.is_err() {
+                        self.counters.drop(DropReason::TxError);
+                    }
+                    self.buffers.give(buf);
+                    moved = true;
+                }
+            }
+        }
+        moved
+    }
+
+    /// Write the frame in `buf` to port `p` (or queue it behind frames the port could not take).
+    fn transmit(&mut self, p: usize, buf: u32) {
+        if !self.tx_backlog[p].is_empty() {
+            self.tx_backlog[p].push_back(buf);
+            return;
+        }
+        match self.ports[p].send(self.buffers.frame(buf)) {
+            Ok(()) => self.buffers.give(buf),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.tx_backlog[p].push_back(buf),
+            Err(e) => {
+                tracing::debug!(port = %self.names[p], error = %e, "write failed");
+                self.counters.drop(DropReason::TxError);
+                self.buffers.give(buf);
+            }
+        }
+    }
+
+    /// When something is next due: a scheduler release, a delayed frame, or soon if a port
+    /// pushed back. `None` when nothing is pending (wait for frames).
+    pub fn next_wake(&self, now: u64) -> Option<u64> {
+        let mut t = None;
+        let mut at = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t: u64| t.min(x)));
+            }
+        };
+        for l in &self.links {
+            at(l.pipeline.next_event(now));
+        }
+        for d in &self.delay {
+            at(d.next_due());
+        }
+        if self.tx_backlog.iter().any(|b| !b.is_empty()) {
+            at(Some(now + 50_000));
+        }
+        t
+    }
+
+    /// Change the rate limit of class `node` of the link from port `from`, at run time.
+    pub fn set_rate(
+        &mut self,
+        from: &str,
+        node: &str,
+        rate: Option<Rate>,
+        burst: u64,
+    ) -> Result<(), String> {
+        let (l, n) = self.find(from, node)?;
+        self.links[l]
+            .pipeline
+            .scheduler_mut()
+            .set_rate(n, rate, burst);
+        Ok(())
+    }
+
+    /// Change the weight of class `node` of the link from port `from`, at run time.
+    pub fn set_weight(&mut self, from: &str, node: &str, weight: u32) -> Result<(), String> {
+        let (l, n) = self.find(from, node)?;
+        if weight == 0 || weight > sluice_sched::policy::MAX_WEIGHT {
+            return Err(format!(
+                "weight {weight} is outside 1..={}",
+                sluice_sched::policy::MAX_WEIGHT
+            ));
+        }
+        self.links[l].pipeline.scheduler_mut().set_weight(n, weight);
+        Ok(())
+    }
+
+    fn find(&self, from: &str, node: &str) -> Result<(usize, NodeId), String> {
+        let l = self
+            .links
+            .iter()
+            .position(|l| self.names[l.from] == from)
+            .ok_or_else(|| format!("no link reads from port `{from}`"))?;
+        let n = self.links[l]
+            .pipeline
+            .scheduler()
+            .node_by_name(node)
+            .ok_or_else(|| format!("the policy of link `{from}` has no node `{node}`"))?;
+        Ok((l, n))
+    }
+
+    /// Everything counted, now.
+    pub fn snapshot(&self, uptime_ns: u64) -> Snapshot {
+        let ports = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let c = p.counters();
+                PortSnapshot {
+                    name: self.names[i].clone(),
+                    ifname: p.ifname().to_string(),
+                    rx_frames: c.rx_frames,
+                    rx_bytes: c.rx_bytes,
+                    tx_frames: c.tx_frames,
+                    tx_bytes: c.tx_bytes,
+                    kernel_drops: c.kernel_drops,
+                    delayed: self.delay[i].len() as u64,
+                }
+            })
+            .collect();
+        let links = self
+            .links
+            .iter()
+            .map(|l| {
+                let s = l.pipeline.scheduler();
+                let classes = (0..s.node_count() as NodeId)
+                    .map(|n| {
+                        let st = s.node_stats(n);
+                        ClassSnapshot {
+                            name: s.node_name(n).to_string(),
+                            rate_bps: s.rate(n).map(|r| r.bps()),
+                            sent: st.sent,
+                            sent_bytes: st.sent_bytes,
+                            queued: st.arrived.saturating_sub(st.sent),
+                            shaped: st.shaped,
+                        }
+                    })
+                    .collect();
+                let ps = l.pipeline.stats();
+                LinkSnapshot {
+                    from: self.names[l.from].clone(),
+                    to: self.names[l.to].clone(),
+                    policy: l.policy.clone(),
+                    classes,
+                    held: l.pipeline.len() as u64,
+                    scheduled: l.pipeline.admission().occupancy() as u64,
+                    paused: l.pipeline.admission().paused() as u64,
+                    backpressure: ps.backpressure,
+                    top_flows: l.flows.top(10),
+                }
+            })
+            .collect();
+        Snapshot {
+            uptime_ns,
+            buffers_used: self.held() as u64,
+            buffers_total: self.buffers.count() as u64,
+            ports,
+            links,
+            drops: DropReason::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), self.counters.drops_for(r)))
+                .collect(),
+            malformed: self
+                .counters
+                .malformed
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), *v))
+                .collect(),
+            read_pauses: self.counters.read_pauses,
+            ecn_marked: self.counters.ecn_marked,
+        }
+    }
+}
+
+/// A readable 5-tuple for the top-flows view.
+fn label(h: &Headers) -> String {
+    match (h.src, h.dst) {
+        (Some(s), Some(d)) => {
+            let proto = match h.proto {
+                Some(6) => "tcp",
+                Some(17) => "udp",
+                Some(1) => "icmp",
+                _ => "ip",
+            };
+            match (h.sport, h.dport) {
+                (Some(sp), Some(dp)) => format!("{proto} {s}:{sp} > {d}:{dp}"),
+                _ => format!("{proto} {s} > {d}"),
+            }
+        }
+        _ => "non-ip".to_string(),
+    }
+}

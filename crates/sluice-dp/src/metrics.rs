@@ -1,0 +1,786 @@
+//! Prometheus text exposition (format 0.0.4) of a [`Snapshot`], and a small HTTP endpoint
+//! serving it on a loopback address.
+//!
+//! **Rendering.** [`render`] is a pure function of the snapshot. Families come in a fixed order
+//! (ports, classes, links, drops, malformed, buffers, uptime); within a family, samples follow
+//! the snapshot's order (ports and links in configuration order, classes root first), and drop
+//! and malformed reasons are sorted by name, every known reason present even at zero so a
+//! series exists before its first event. Each family's `# HELP` and `# TYPE` lines appear once,
+//! before all its samples; a family without samples (say, no class has a rate limit) is left
+//! out. Label values are escaped (`\\`, `\"`, `\n`). Cost: linear in the snapshot's size.
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `sluice_port_{rx,tx}_{bytes,frames}_total`, `sluice_port_kernel_drops_total` | counter | port, ifname |
+//! | `sluice_port_delayed_frames` | gauge | port, ifname |
+//! | `sluice_class_sent_{bytes,packets}_total`, `sluice_class_shaped_total` | counter | link, class |
+//! | `sluice_class_queued_packets`, `sluice_class_rate_limit_bps` | gauge | link, class |
+//! | `sluice_link_{held,scheduled}_packets`, `sluice_link_paused_sources` | gauge | link |
+//! | `sluice_link_backpressure_total` | counter | link |
+//! | `sluice_drops_total`, `sluice_malformed_total` | counter | reason |
+//! | `sluice_read_pauses_total`, `sluice_ecn_marked_total` | counter | |
+//! | `sluice_buffers_used`, `sluice_buffers_total`, `sluice_uptime_seconds` | gauge | |
+//!
+//! A link is named by the port it reads from (as in the control protocol).
+//!
+//! **Serving.** [`MetricsServer`] runs one thread over a `tiny_http` server (which reads
+//! requests on its own threads, so an idle client blocks nobody): `GET /metrics` asks the
+//! datapath for a snapshot through the [`ControlHandle`] (2 s at most, else 503 with the
+//! reason) and answers 200 with the text; other paths get 404, other methods 405. Only loopback
+//! addresses are accepted: the endpoint has no authentication. Stopping unblocks and joins the
+//! thread.
+
+use crate::control::{ControlHandle, Reply, Request};
+use crate::parse::Malformed;
+use crate::stats::{DropReason, Snapshot};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// The exposition format's content type.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+/// How long a scrape waits for the datapath.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One metric family being written: its header goes out with its first sample.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    started: bool,
+}
+
+impl<'a> Family<'a> {
+    fn new(
+        out: &'a mut String,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+    ) -> Self {
+        Family {
+            out,
+            name,
+            help,
+            kind,
+            started: false,
+        }
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        if !self.started {
+            self.started = true;
+            // Writing to a String cannot fail.
+            let _ = writeln!(self.out, "# HELP {} {}", self.name, self.help);
+            let _ = writeln!(self.out, "# TYPE {} {}", self.name, self.kind);
+        }
+        self.out.push_str(self.name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.out.push_str(k);
+                self.out.push_str("=\"");
+                escape_label_value(self.out, v);
+                self.out.push('"');
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// Append `v` escaped for a label value: backslash, double quote and newline.
+fn escape_label_value(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Seconds with nanosecond precision, without going through a float.
+struct Seconds(u64);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}.{:09}",
+            self.0 / 1_000_000_000,
+            self.0 % 1_000_000_000
+        )
+    }
+}
+
+/// Every `known` reason (at zero if absent) and every other key in `counts`, sorted by name.
+fn by_reason<'a>(
+    known: impl Iterator<Item = &'a str>,
+    counts: &'a HashMap<String, u64>,
+) -> BTreeMap<&'a str, u64> {
+    let mut all: BTreeMap<&str, u64> = known.map(|k| (k, 0)).collect();
+    for (k, v) in counts {
+        all.insert(k.as_str(), *v);
+    }
+    all
+}
+
+/// The snapshot in Prometheus text format 0.0.4.
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+
+    type PortField = fn(&crate::stats::PortSnapshot) -> u64;
+    let port_families: [(&str, &str, &str, PortField); 6] = [
+        (
+            "sluice_port_rx_bytes_total",
+            "counter",
+            "Bytes read from the port.",
+            |p| p.rx_bytes,
+        ),
+        (
+            "sluice_port_tx_bytes_total",
+            "counter",
+            "Bytes written to the port.",
+            |p| p.tx_bytes,
+        ),
+        (
+            "sluice_port_rx_frames_total",
+            "counter",
+            "Frames read from the port.",
+            |p| p.rx_frames,
+        ),
+        (
+            "sluice_port_tx_frames_total",
+            "counter",
+            "Frames written to the port.",
+            |p| p.tx_frames,
+        ),
+        (
+            "sluice_port_kernel_drops_total",
+            "counter",
+            "Frames the kernel dropped before the daemon read them.",
+            |p| p.kernel_drops,
+        ),
+        (
+            "sluice_port_delayed_frames",
+            "gauge",
+            "Frames waiting in the port's delay line.",
+            |p| p.delayed,
+        ),
+    ];
+    for (name, kind, help, field) in port_families {
+        let mut f = Family::new(&mut out, name, kind, help);
+        for p in &s.ports {
+            f.sample(&[("port", &p.name), ("ifname", &p.ifname)], field(p));
+        }
+    }
+
+    type ClassField = fn(&crate::stats::ClassSnapshot) -> Option<u64>;
+    let class_families: [(&str, &str, &str, ClassField); 5] = [
+        (
+            "sluice_class_sent_bytes_total",
+            "counter",
+            "Bytes on the wire that left through the class.",
+            |c| Some(c.sent_bytes),
+        ),
+        (
+            "sluice_class_sent_packets_total",
+            "counter",
+            "Packets that left through the class.",
+            |c| Some(c.sent),
+        ),
+        (
+            "sluice_class_queued_packets",
+            "gauge",
+            "Packets in the class that have not left.",
+            |c| Some(c.queued),
+        ),
+        (
+            "sluice_class_rate_limit_bps",
+            "gauge",
+            "The class's rate limit, bit/s.",
+            |c| c.rate_bps,
+        ),
+        (
+            "sluice_class_shaped_total",
+            "counter",
+            "Packets the class's rate limit held.",
+            |c| Some(c.shaped),
+        ),
+    ];
+    for (name, kind, help, field) in class_families {
+        let mut f = Family::new(&mut out, name, kind, help);
+        for l in &s.links {
+            for c in &l.classes {
+                if let Some(v) = field(c) {
+                    f.sample(&[("link", &l.from), ("class", &c.name)], v);
+                }
+            }
+        }
+    }
+
+    type LinkField = fn(&crate::stats::LinkSnapshot) -> u64;
+    let link_families: [(&str, &str, &str, LinkField); 4] = [
+        (
+            "sluice_link_held_packets",
+            "gauge",
+            "Frames held in source buffers and the scheduler.",
+            |l| l.held,
+        ),
+        (
+            "sluice_link_scheduled_packets",
+            "gauge",
+            "Frames in the scheduled buffer.",
+            |l| l.scheduled,
+        ),
+        (
+            "sluice_link_paused_sources",
+            "gauge",
+            "Sources paused by admission now.",
+            |l| l.paused,
+        ),
+        (
+            "sluice_link_backpressure_total",
+            "counter",
+            "Frames refused with backpressure at the bound.",
+            |l| l.backpressure,
+        ),
+    ];
+    for (name, kind, help, field) in link_families {
+        let mut f = Family::new(&mut out, name, kind, help);
+        for l in &s.links {
+            f.sample(&[("link", &l.from)], field(l));
+        }
+    }
+
+    let mut f = Family::new(
+        &mut out,
+        "sluice_drops_total",
+        "counter",
+        "Frames that did not leave, by reason.",
+    );
+    for (reason, n) in by_reason(DropReason::ALL.iter().map(|r| r.name()), &s.drops) {
+        f.sample(&[("reason", reason)], n);
+    }
+    let mut f = Family::new(
+        &mut out,
+        "sluice_malformed_total",
+        "counter",
+        "Frames that did not parse, by reason.",
+    );
+    for (reason, n) in by_reason(Malformed::ALL.iter().map(|m| m.name()), &s.malformed) {
+        f.sample(&[("reason", reason)], n);
+    }
+
+    let scalars: [(&str, &str, &str, u64); 4] = [
+        (
+            "sluice_read_pauses_total",
+            "counter",
+            "Times reading stopped because no buffer was free.",
+            s.read_pauses,
+        ),
+        (
+            "sluice_ecn_marked_total",
+            "counter",
+            "Frames marked Congestion Experienced.",
+            s.ecn_marked,
+        ),
+        (
+            "sluice_buffers_used",
+            "gauge",
+            "Frame buffers in use.",
+            s.buffers_used,
+        ),
+        (
+            "sluice_buffers_total",
+            "gauge",
+            "Frame buffers in all.",
+            s.buffers_total,
+        ),
+    ];
+    for (name, kind, help, v) in scalars {
+        Family::new(&mut out, name, kind, help).sample(&[], v);
+    }
+    Family::new(
+        &mut out,
+        "sluice_uptime_seconds",
+        "gauge",
+        "Seconds since the daemon started.",
+    )
+    .sample(&[], Seconds(s.uptime_ns));
+    out
+}
+
+/// Why the metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The address is not a loopback address.
+    #[error(
+        "metrics address {0} is not a loopback address; the endpoint has no authentication, so it serves 127.0.0.1 or ::1 only"
+    )]
+    NotLoopback(SocketAddr),
+    /// Binding failed.
+    #[error("cannot serve metrics on {addr}: {message}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The Prometheus endpoint. Dropping it (or [`MetricsServer::stop`]) stops it.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    addr: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Serve `GET /metrics` on `addr` (a loopback address; port 0 picks a free port).
+    pub fn start(addr: SocketAddr, handle: ControlHandle) -> Result<MetricsServer, MetricsError> {
+        if !addr.ip().is_loopback() {
+            return Err(MetricsError::NotLoopback(addr));
+        }
+        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+            addr,
+            message: e.to_string(),
+        })?;
+        let local = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| MetricsError::Bind {
+                addr,
+                message: "the server is not on an IP address".into(),
+            })?;
+        let server = Arc::new(server);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (srv, stop) = (server.clone(), stopping.clone());
+        let thread = thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || serve(&srv, &stop, &handle))
+            .map_err(|e| MetricsError::Bind {
+                addr,
+                message: format!("cannot start the metrics thread: {e}"),
+            })?;
+        Ok(MetricsServer {
+            server,
+            addr: local,
+            stopping,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (the real port when started on port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop serving and join the thread. The same as dropping it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.stopping.store(true, Ordering::SeqCst);
+        self.server.unblock();
+        if thread.join().is_err() {
+            tracing::warn!("the metrics thread panicked");
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn serve(server: &tiny_http::Server, stopping: &AtomicBool, handle: &ControlHandle) {
+    while !stopping.load(Ordering::SeqCst) {
+        match server.recv() {
+            Ok(req) => respond(req, handle),
+            // Unblocked by stop, or a failed accept (retry).
+            Err(e) => {
+                if !stopping.load(Ordering::SeqCst) {
+                    tracing::debug!(error = %e, "metrics: receive failed");
+                }
+            }
+        }
+    }
+}
+
+fn respond(req: tiny_http::Request, handle: &ControlHandle) {
+    let path = req.url().split('?').next().unwrap_or("");
+    let (status, body, allow_get) = if path != "/metrics" {
+        (
+            404,
+            "not found; metrics are at /metrics\n".to_string(),
+            false,
+        )
+    } else if *req.method() != tiny_http::Method::Get {
+        (405, "method not allowed; use GET\n".to_string(), true)
+    } else {
+        match handle.call(Request::Stats {}, SCRAPE_TIMEOUT) {
+            Reply::Stats(s) => (200, render(&s), false),
+            Reply::Error(e) => (503, format!("{e}\n"), false),
+            Reply::Ok => (
+                500,
+                "the datapath answered without statistics\n".to_string(),
+                false,
+            ),
+        }
+    };
+    let content_type = if status == 200 {
+        CONTENT_TYPE
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut response = tiny_http::Response::from_string(body).with_status_code(status);
+    if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()) {
+        response.add_header(h);
+    }
+    if allow_get && let Ok(h) = tiny_http::Header::from_bytes(&b"Allow"[..], &b"GET"[..]) {
+        response.add_header(h);
+    }
+    if let Err(e) = req.respond(response) {
+        tracing::debug!(error = %e, "metrics: cannot answer a scrape");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{ClassSnapshot, LinkSnapshot, PortSnapshot};
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpStream};
+
+    fn small() -> Snapshot {
+        Snapshot {
+            uptime_ns: 12_500_000_001,
+            buffers_used: 3,
+            buffers_total: 1024,
+            ports: vec![PortSnapshot {
+                name: "a".into(),
+                ifname: "sl-a".into(),
+                rx_frames: 10,
+                rx_bytes: 15_000,
+                tx_frames: 9,
+                tx_bytes: 13_500,
+                kernel_drops: 1,
+                delayed: 2,
+            }],
+            links: vec![LinkSnapshot {
+                from: "a".into(),
+                to: "b".into(),
+                policy: None,
+                classes: vec![
+                    ClassSnapshot {
+                        name: "root".into(),
+                        rate_bps: None,
+                        sent: 9,
+                        sent_bytes: 13_500,
+                        queued: 1,
+                        shaped: 0,
+                    },
+                    ClassSnapshot {
+                        name: "gold".into(),
+                        rate_bps: Some(200_000_000),
+                        sent: 4,
+                        sent_bytes: 6_000,
+                        queued: 1,
+                        shaped: 5,
+                    },
+                ],
+                held: 1,
+                scheduled: 0,
+                paused: 0,
+                backpressure: 7,
+                top_flows: vec![],
+            }],
+            drops: [
+                ("no_class".to_string(), 4),
+                ("weird_new_reason".to_string(), 1),
+            ]
+            .into_iter()
+            .collect(),
+            malformed: [("truncated_tcp".to_string(), 2)].into_iter().collect(),
+            read_pauses: 6,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_small_snapshot_renders_exactly() {
+        let mut expected = String::from(
+            "\
+# HELP sluice_port_rx_bytes_total Bytes read from the port.
+# TYPE sluice_port_rx_bytes_total counter
+sluice_port_rx_bytes_total{port=\"a\",ifname=\"sl-a\"} 15000
+# HELP sluice_port_tx_bytes_total Bytes written to the port.
+# TYPE sluice_port_tx_bytes_total counter
+sluice_port_tx_bytes_total{port=\"a\",ifname=\"sl-a\"} 13500
+# HELP sluice_port_rx_frames_total Frames read from the port.
+# TYPE sluice_port_rx_frames_total counter
+sluice_port_rx_frames_total{port=\"a\",ifname=\"sl-a\"} 10
+# HELP sluice_port_tx_frames_total Frames written to the port.
+# TYPE sluice_port_tx_frames_total counter
+sluice_port_tx_frames_total{port=\"a\",ifname=\"sl-a\"} 9
+# HELP sluice_port_kernel_drops_total Frames the kernel dropped before the daemon read them.
+# TYPE sluice_port_kernel_drops_total counter
+sluice_port_kernel_drops_total{port=\"a\",ifname=\"sl-a\"} 1
+# HELP sluice_port_delayed_frames Frames waiting in the port's delay line.
+# TYPE sluice_port_delayed_frames gauge
+sluice_port_delayed_frames{port=\"a\",ifname=\"sl-a\"} 2
+# HELP sluice_class_sent_bytes_total Bytes on the wire that left through the class.
+# TYPE sluice_class_sent_bytes_total counter
+sluice_class_sent_bytes_total{link=\"a\",class=\"root\"} 13500
+sluice_class_sent_bytes_total{link=\"a\",class=\"gold\"} 6000
+# HELP sluice_class_sent_packets_total Packets that left through the class.
+# TYPE sluice_class_sent_packets_total counter
+sluice_class_sent_packets_total{link=\"a\",class=\"root\"} 9
+sluice_class_sent_packets_total{link=\"a\",class=\"gold\"} 4
+# HELP sluice_class_queued_packets Packets in the class that have not left.
+# TYPE sluice_class_queued_packets gauge
+sluice_class_queued_packets{link=\"a\",class=\"root\"} 1
+sluice_class_queued_packets{link=\"a\",class=\"gold\"} 1
+# HELP sluice_class_rate_limit_bps The class's rate limit, bit/s.
+# TYPE sluice_class_rate_limit_bps gauge
+sluice_class_rate_limit_bps{link=\"a\",class=\"gold\"} 200000000
+# HELP sluice_class_shaped_total Packets the class's rate limit held.
+# TYPE sluice_class_shaped_total counter
+sluice_class_shaped_total{link=\"a\",class=\"root\"} 0
+sluice_class_shaped_total{link=\"a\",class=\"gold\"} 5
+# HELP sluice_link_held_packets Frames held in source buffers and the scheduler.
+# TYPE sluice_link_held_packets gauge
+sluice_link_held_packets{link=\"a\"} 1
+# HELP sluice_link_scheduled_packets Frames in the scheduled buffer.
+# TYPE sluice_link_scheduled_packets gauge
+sluice_link_scheduled_packets{link=\"a\"} 0
+# HELP sluice_link_paused_sources Sources paused by admission now.
+# TYPE sluice_link_paused_sources gauge
+sluice_link_paused_sources{link=\"a\"} 0
+# HELP sluice_link_backpressure_total Frames refused with backpressure at the bound.
+# TYPE sluice_link_backpressure_total counter
+sluice_link_backpressure_total{link=\"a\"} 7
+# HELP sluice_drops_total Frames that did not leave, by reason.
+# TYPE sluice_drops_total counter
+sluice_drops_total{reason=\"at_bound\"} 0
+sluice_drops_total{reason=\"empty\"} 0
+sluice_drops_total{reason=\"malformed\"} 0
+sluice_drops_total{reason=\"no_class\"} 4
+sluice_drops_total{reason=\"rejected\"} 0
+sluice_drops_total{reason=\"tx_error\"} 0
+sluice_drops_total{reason=\"weird_new_reason\"} 1
+# HELP sluice_malformed_total Frames that did not parse, by reason.
+# TYPE sluice_malformed_total counter
+",
+        );
+        let mut reasons: Vec<&str> = Malformed::ALL.iter().map(|m| m.name()).collect();
+        reasons.sort_unstable();
+        for r in reasons {
+            let n = if r == "truncated_tcp" { 2 } else { 0 };
+            expected.push_str(&format!("sluice_malformed_total{{reason=\"{r}\"}} {n}\n"));
+        }
+        expected.push_str(
+            "\
+# HELP sluice_read_pauses_total Times reading stopped because no buffer was free.
+# TYPE sluice_read_pauses_total counter
+sluice_read_pauses_total 6
+# HELP sluice_ecn_marked_total Frames marked Congestion Experienced.
+# TYPE sluice_ecn_marked_total counter
+sluice_ecn_marked_total 0
+# HELP sluice_buffers_used Frame buffers in use.
+# TYPE sluice_buffers_used gauge
+sluice_buffers_used 3
+# HELP sluice_buffers_total Frame buffers in all.
+# TYPE sluice_buffers_total gauge
+sluice_buffers_total 1024
+# HELP sluice_uptime_seconds Seconds since the daemon started.
+# TYPE sluice_uptime_seconds gauge
+sluice_uptime_seconds 12.500000001
+",
+        );
+        let got = render(&small());
+        for (i, (g, e)) in got.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(g, e, "line {}", i + 1);
+        }
+        assert_eq!(got.lines().count(), expected.lines().count());
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn each_family_header_appears_once_with_many_links() {
+        let mut s = small();
+        let mut second = s.links[0].clone();
+        second.from = "b".into();
+        s.links.push(second);
+        let text = render(&s);
+        for family in [
+            "sluice_class_sent_bytes_total",
+            "sluice_link_held_packets",
+            "sluice_drops_total",
+        ] {
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} ")).count(),
+                1,
+                "{family}"
+            );
+            assert_eq!(
+                text.matches(&format!("# HELP {family} ")).count(),
+                1,
+                "{family}"
+            );
+        }
+        assert_eq!(text.matches("sluice_class_sent_bytes_total{").count(), 4);
+        // Samples of a family are contiguous, after its header.
+        let lines: Vec<&str> = text.lines().collect();
+        let held: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].starts_with("sluice_link_held_packets"))
+            .collect();
+        assert_eq!(held.len(), 2);
+        assert_eq!(held[1], held[0] + 1);
+        assert!(lines[held[0] - 1].starts_with("# TYPE sluice_link_held_packets gauge"));
+        assert_eq!(render(&s), text, "deterministic");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = small();
+        s.ports[0].name = "a\\b\"c\nd".into();
+        s.links[0].classes[1].name = "gold \"vip\"".into();
+        let text = render(&s);
+        assert!(
+            text.contains(
+                "sluice_port_rx_bytes_total{port=\"a\\\\b\\\"c\\nd\",ifname=\"sl-a\"} 15000\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "sluice_class_sent_bytes_total{link=\"a\",class=\"gold \\\"vip\\\"\"} 6000\n"
+        ));
+        // No raw newline escaped into a label: every line is a comment or a sample.
+        for line in text.lines() {
+            assert!(
+                line.starts_with("# ") || line.starts_with("sluice_"),
+                "{line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_snapshot_has_only_its_scalars_and_reasons() {
+        let text = render(&Snapshot::default());
+        assert!(!text.contains("sluice_port_"));
+        assert!(!text.contains("sluice_class_"));
+        assert!(!text.contains("sluice_link_"));
+        assert!(text.contains("sluice_drops_total{reason=\"tx_error\"} 0\n"));
+        assert!(text.ends_with("sluice_uptime_seconds 0.000000000\n"));
+    }
+
+    /// A datapath that answers Stats with [`small`] `answers` times, then stops.
+    fn fake_datapath(answers: usize) -> (ControlHandle, JoinHandle<()>) {
+        let (handle, rx) = ControlHandle::new(Arc::new(|| {}));
+        let t = thread::spawn(move || {
+            for cmd in rx.iter().take(answers) {
+                let _ = cmd.reply.send(Reply::Stats(Box::new(small())));
+            }
+        });
+        (handle, t)
+    }
+
+    /// Send a raw HTTP/1.0 request and return (status, headers, body).
+    fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    #[test]
+    fn http_round_trip_404_405_and_503() {
+        let (handle, dp) = fake_datapath(1);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        assert_ne!(addr.port(), 0);
+
+        let (status, head, body) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 200, "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        assert_eq!(body, render(&small()));
+
+        let (status, _, _) = http(addr, "GET", "/");
+        assert_eq!(status, 404);
+        let (status, _, _) = http(addr, "GET", "/metricsx");
+        assert_eq!(status, 404);
+        let (status, head, _) = http(addr, "POST", "/metrics");
+        assert_eq!(status, 405);
+        assert!(head.contains("Allow: GET"), "{head}");
+
+        // The datapath has stopped: 503 with the reason.
+        dp.join().unwrap();
+        let (status, _, body) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 503);
+        assert!(body.contains("stopped"), "{body}");
+        server.stop();
+        // tiny_http closes its listener on its own accept thread, just after: wait for it
+        // (the deadline is only a safety net).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(addr).is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still listening after stop"
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn an_idle_connection_does_not_block_a_scrape() {
+        let (handle, dp) = fake_datapath(1);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let _idle = TcpStream::connect(server.local_addr()).unwrap();
+        let (status, _, _) = http(server.local_addr(), "GET", "/metrics");
+        assert_eq!(status, 200);
+        drop(server);
+        dp.join().unwrap();
+    }
+
+    #[test]
+    fn non_loopback_addresses_are_refused() {
+        let (handle, _dp) = fake_datapath(0);
+        for a in ["0.0.0.0:9464", "10.1.2.3:9464", "[::]:9464"] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let err = MetricsServer::start(addr, handle.clone()).err().unwrap();
+            assert!(matches!(err, MetricsError::NotLoopback(_)));
+            assert!(err.to_string().contains("not a loopback address"), "{err}");
+        }
+    }
+}

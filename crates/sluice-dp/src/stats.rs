@@ -1,0 +1,260 @@
+//! Statistics: the counters the datapath keeps, and the [`Snapshot`] it publishes for the
+//! control socket, the Prometheus endpoint and `sluice top`.
+//!
+//! Every way a frame can fail to leave has its own counter (sch_fq's habit): malformed frames
+//! by reason, frames no class takes, frames dropped at the memory bound, write errors. Rates are
+//! not computed here: a snapshot carries cumulative byte counts and a timestamp, and readers
+//! divide differences, so a slow reader never skews what the datapath counts.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Why a frame did not leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// It did not parse (see `malformed` for the reason).
+    Malformed,
+    /// No class of the link's policy takes it.
+    NoClass,
+    /// No frame buffer or source buffer was free and the daemon is lossy at the bound.
+    AtBound,
+    /// Writing it failed.
+    TxError,
+    /// Refused by the scheduler after admission (a hard limit beyond the shaper's horizon).
+    Rejected,
+    /// A zero-length frame.
+    Empty,
+}
+
+impl DropReason {
+    /// Every reason.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::Malformed,
+        DropReason::NoClass,
+        DropReason::AtBound,
+        DropReason::TxError,
+        DropReason::Rejected,
+        DropReason::Empty,
+    ];
+
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::NoClass => "no_class",
+            DropReason::AtBound => "at_bound",
+            DropReason::TxError => "tx_error",
+            DropReason::Rejected => "rejected",
+            DropReason::Empty => "empty",
+        }
+    }
+}
+
+/// One port in a snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortSnapshot {
+    /// Its configured name.
+    pub name: String,
+    /// Its interface.
+    pub ifname: String,
+    /// Frames read.
+    pub rx_frames: u64,
+    /// Bytes read.
+    pub rx_bytes: u64,
+    /// Frames written.
+    pub tx_frames: u64,
+    /// Bytes written.
+    pub tx_bytes: u64,
+    /// Frames the kernel dropped before the daemon read them (where known).
+    pub kernel_drops: u64,
+    /// Frames waiting in its delay line.
+    pub delayed: u64,
+}
+
+/// One class (node) of a link's policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassSnapshot {
+    /// Node name.
+    pub name: String,
+    /// Its rate limit, bit/s (None: unlimited).
+    pub rate_bps: Option<u64>,
+    /// Packets that left through it.
+    pub sent: u64,
+    /// Bytes on the wire that left through it.
+    pub sent_bytes: u64,
+    /// Packets that arrived at it and have not left.
+    pub queued: u64,
+    /// Packets its rate limit held in the shaper so far.
+    pub shaped: u64,
+}
+
+/// One of the busiest flows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowSnapshot {
+    /// Flow key.
+    pub key: u64,
+    /// A readable 5-tuple, when known.
+    pub label: String,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+}
+
+/// One link in a snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkSnapshot {
+    /// Port frames are read from.
+    pub from: String,
+    /// Port they leave through.
+    pub to: String,
+    /// Policy file, if any.
+    pub policy: Option<String>,
+    /// Its classes, root first.
+    pub classes: Vec<ClassSnapshot>,
+    /// Frames held in source buffers and the scheduler.
+    pub held: u64,
+    /// Frames in the scheduled buffer.
+    pub scheduled: u64,
+    /// Sources paused by admission now.
+    pub paused: u64,
+    /// Frames refused with backpressure (lossless at the bound).
+    pub backpressure: u64,
+    /// The busiest flows by bytes since they were first seen.
+    pub top_flows: Vec<FlowSnapshot>,
+}
+
+/// Everything the daemon publishes, at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Nanoseconds since the daemon started.
+    pub uptime_ns: u64,
+    /// Frame buffers in use and in all.
+    pub buffers_used: u64,
+    /// Frame buffers in all.
+    pub buffers_total: u64,
+    /// Ports.
+    pub ports: Vec<PortSnapshot>,
+    /// Links.
+    pub links: Vec<LinkSnapshot>,
+    /// Drops by reason.
+    pub drops: HashMap<String, u64>,
+    /// Malformed frames by parser reason.
+    pub malformed: HashMap<String, u64>,
+    /// Times reading stopped because no buffer was free (lossless pause).
+    pub read_pauses: u64,
+    /// Frames marked Congestion Experienced (ECN) because they waited past the target.
+    #[serde(default)]
+    pub ecn_marked: u64,
+}
+
+/// The datapath's own counters (the rest is read from ports and schedulers at snapshot time).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// Drops by reason.
+    pub drops: HashMap<DropReason, u64>,
+    /// Malformed frames by parser reason name.
+    pub malformed: HashMap<&'static str, u64>,
+    /// Times reading stopped because no buffer was free.
+    pub read_pauses: u64,
+    /// Frames marked Congestion Experienced.
+    pub ecn_marked: u64,
+}
+
+impl Counters {
+    /// Count a drop.
+    pub fn drop(&mut self, why: DropReason) {
+        *self.drops.entry(why).or_insert(0) += 1;
+    }
+
+    /// Count a malformed frame.
+    pub fn malformed(&mut self, reason: &'static str) {
+        *self.malformed.entry(reason).or_insert(0) += 1;
+    }
+
+    /// Drops for `why`.
+    pub fn drops_for(&self, why: DropReason) -> u64 {
+        self.drops.get(&why).copied().unwrap_or(0)
+    }
+}
+
+/// Per-flow byte counts of one link, for the top-flows view. Bounded: when it tracks
+/// `capacity` flows, the quietest half is forgotten.
+#[derive(Debug)]
+pub struct FlowCounts {
+    counts: HashMap<u64, (u64, u64, String)>,
+    capacity: usize,
+}
+
+impl FlowCounts {
+    /// Track at most `capacity` flows.
+    pub fn new(capacity: usize) -> Self {
+        FlowCounts {
+            counts: HashMap::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// A packet of `bytes` left for `key` (`label` computed lazily for new flows).
+    pub fn add(&mut self, key: u64, bytes: u64, label: impl FnOnce() -> String) {
+        if !self.counts.contains_key(&key) && self.counts.len() >= self.capacity {
+            let mut all: Vec<(u64, u64)> = self.counts.iter().map(|(k, v)| (*k, v.0)).collect();
+            all.sort_unstable_by_key(|&(_, b)| b);
+            for (k, _) in all.iter().take(self.capacity / 2) {
+                self.counts.remove(k);
+            }
+        }
+        let e = self.counts.entry(key).or_insert_with(|| (0, 0, label()));
+        e.0 += bytes;
+        e.1 += 1;
+    }
+
+    /// The `n` flows with the most bytes.
+    pub fn top(&self, n: usize) -> Vec<FlowSnapshot> {
+        let mut v: Vec<FlowSnapshot> = self
+            .counts
+            .iter()
+            .map(|(&key, (bytes, packets, label))| FlowSnapshot {
+                key,
+                label: label.clone(),
+                bytes: *bytes,
+                packets: *packets,
+            })
+            .collect();
+        v.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+        v.truncate(n);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_flows_and_bounded_tracking() {
+        let mut f = FlowCounts::new(4);
+        for (k, b) in [(1, 100), (2, 500), (3, 50), (4, 900)] {
+            f.add(k, b, || format!("flow {k}"));
+        }
+        f.add(2, 1000, || unreachable!());
+        let top = f.top(2);
+        assert_eq!(top.iter().map(|x| x.key).collect::<Vec<_>>(), vec![2, 4]);
+        assert_eq!(top[0].bytes, 1500);
+        f.add(5, 1, String::new);
+        assert!(f.top(10).len() <= 4, "the quietest flows were forgotten");
+        assert!(f.top(10).iter().any(|x| x.key == 2));
+    }
+
+    #[test]
+    fn snapshots_serialize() {
+        let s = Snapshot {
+            uptime_ns: 5,
+            ..Snapshot::default()
+        };
+        let j = serde_json::to_string(&s).unwrap();
+        let back: Snapshot = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+    }
+}

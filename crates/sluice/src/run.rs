@@ -1,0 +1,77 @@
+//! `sluice run --config FILE`: the software NIC daemon (see `sluice_dp::daemon`), with its
+//! structured logs on stderr.
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines with key=value fields.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `sluice run` options.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The daemon's configuration file (TOML; see docs/daemon.md).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter; RUST_LOG overrides.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// Check the configuration and its policies, print a summary and exit without creating
+    /// anything.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Install the global log subscriber.
+pub fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.is_empty() => EnvFilter::try_new(f),
+        _ => EnvFilter::try_new(level),
+    }
+    .with_context(|| format!("bad log filter `{level}`"))?;
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}
+
+/// Run the daemon until a signal stops it.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logs(args.log, &args.log_level)?;
+    if args.check {
+        let cfg = sluice_dp::config::Config::load(&args.config)?;
+        sluice_dp::daemon::check(&cfg)?;
+        println!(
+            "{}: ok ({} ports, {} links, mode {:?})",
+            args.config.display(),
+            cfg.ports.len(),
+            cfg.links.len(),
+            cfg.mode
+        );
+        return Ok(());
+    }
+    let summary = sluice_dp::daemon::run_file(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    tracing::info!(
+        signal = summary.signal.as_deref().unwrap_or("none"),
+        dropped_at_stop = summary.dropped_at_stop,
+        "stopped cleanly"
+    );
+    Ok(())
+}

@@ -1,0 +1,602 @@
+//! `sluice top [--socket PATH] [--interval 1s] [--once] [--flows N]`: a live view of a running
+//! daemon, from its control socket (see `sluice_dp::control_socket`).
+//!
+//! Every interval it asks for a [`Snapshot`] and prints a frame: a header (uptime, buffers,
+//! non-zero drops and malformed frames by reason), then per link a row per class (limit,
+//! measured rate, percent of the limit, queued, shaped), the link's held / scheduled / paused /
+//! backpressure counts and its busiest flows by rate. Rates are differences of cumulative byte
+//! counters over the difference of the daemon's own uptime stamps, so a slow or late poll never
+//! skews them; a frame without a previous sample (the first one), or after the daemon restarted
+//! (uptime went backwards), shows `-`. `--once` takes two samples one interval apart and prints
+//! one frame, so its rates are real.
+//!
+//! On a terminal each frame replaces the last (ANSI clear-screen; the cursor is never hidden,
+//! so Ctrl-C leaves the terminal as it was); otherwise frames are printed one after another,
+//! separated by a blank line. [`render`] is a pure function of two snapshots; the loop around it
+//! does the I/O. Cost per frame: linear in classes and flows.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use sluice_dp::control::{Reply, Request};
+use sluice_dp::control_socket;
+use sluice_dp::stats::{LinkSnapshot, Snapshot};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where `sluice run` puts its control socket unless configured otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
+/// How long one poll waits for the daemon (its own wait on the datapath is 5 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shortest interval accepted.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+/// ANSI: cursor home, clear screen.
+const CLEAR: &str = "\x1b[H\x1b[2J";
+
+/// `sluice top` options.
+#[derive(Args)]
+pub struct TopArgs {
+    /// The daemon's control socket.
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Time between frames (`1s`, `500ms`, ...).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Print one frame and exit (two samples one interval apart, so rates are measured).
+    #[arg(long)]
+    pub once: bool,
+    /// Busiest flows shown per link.
+    #[arg(long, default_value_t = 5)]
+    pub flows: usize,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let ns = sluice_sched::units::parse_duration(text).map_err(|e| e.to_string())?;
+    let d = Duration::from_nanos(ns);
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "`{text}` is too short; the interval is at least {MIN_INTERVAL:?}"
+        ));
+    }
+    Ok(d)
+}
+
+/// How a frame is laid out.
+#[derive(Clone, Copy, Debug)]
+pub struct View {
+    /// Busiest flows shown per link.
+    pub flows: usize,
+    /// Lines are cut to this many characters (None: never).
+    pub width: Option<usize>,
+}
+
+/// Poll the daemon and print frames until interrupted (or once, with `--once`).
+pub fn run(args: TopArgs) -> anyhow::Result<()> {
+    let tty = std::io::stdout().is_terminal();
+    let view = View {
+        flows: args.flows,
+        width: if tty { terminal_width() } else { None },
+    };
+    let mut out = std::io::stdout();
+    if args.once {
+        let first = fetch(&args.socket)?;
+        std::thread::sleep(args.interval);
+        let second = fetch(&args.socket)?;
+        return emit(&mut out, &render(Some(&first), &second, &view));
+    }
+    let mut prev: Option<Snapshot> = None;
+    loop {
+        let cur = fetch(&args.socket)?;
+        let frame = render(prev.as_ref(), &cur, &view);
+        let text = match (tty, prev.is_some()) {
+            (true, _) => format!("{CLEAR}{frame}"),
+            (false, true) => format!("\n{frame}"),
+            (false, false) => frame,
+        };
+        emit(&mut out, &text)?;
+        prev = Some(cur);
+        std::thread::sleep(args.interval);
+    }
+}
+
+/// Write a frame; a closed pipe (`sluice top | head`) ends the program quietly.
+fn emit(out: &mut impl Write, text: &str) -> anyhow::Result<()> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(e).context("cannot write to stdout"),
+    }
+}
+
+/// The terminal's width from `COLUMNS`, when the shell exports it.
+fn terminal_width() -> Option<usize> {
+    std::env::var("COLUMNS")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&w| w > 0)
+}
+
+fn fetch(socket: &Path) -> anyhow::Result<Snapshot> {
+    // The error names the socket ("no daemon at PATH: ..."); nothing to add.
+    match control_socket::request(socket, &Request::Stats {}, REQUEST_TIMEOUT) {
+        Ok(Reply::Stats(s)) => Ok(*s),
+        Ok(Reply::Error(e)) => bail!("the daemon at {} refused: {e}", socket.display()),
+        Ok(Reply::Ok) => bail!(
+            "the daemon at {} answered without statistics",
+            socket.display()
+        ),
+        Err(e) => bail!("{e}"),
+    }
+}
+
+/// A rate in bit/s, human-readable: `950 bit/s`, `198.4 Mbit/s`.
+pub fn human_rate(bps: f64) -> String {
+    human(bps, "bit/s")
+}
+
+/// A size in bytes, human-readable (SI, like policy files' `MB`): `1.2 GB`.
+pub fn human_bytes(bytes: u64) -> String {
+    human(bytes as f64, "B")
+}
+
+fn human(v: f64, unit: &str) -> String {
+    const PREFIXES: [&str; 5] = ["", "k", "M", "G", "T"];
+    if v.round() < 1000.0 {
+        return format!("{v:.0} {unit}");
+    }
+    // Round first, then pick the prefix, so 999.96e6 shows as 1.0 G, not 1000.0 M.
+    let mut scaled = v / 1000.0;
+    let mut i = 1;
+    while i + 1 < PREFIXES.len() && (scaled * 10.0).round() >= 10_000.0 {
+        scaled /= 1000.0;
+        i += 1;
+    }
+    format!("{scaled:.1} {}{unit}", PREFIXES[i])
+}
+
+/// `d HH:MM:SS` from nanoseconds.
+fn uptime(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    let (d, h, m, s) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// Bits per second between two cumulative byte counts `dt_ns` apart (None: unknown).
+fn rate(prev: Option<u64>, cur: u64, dt_ns: Option<u64>) -> Option<f64> {
+    let (prev, dt) = (prev?, dt_ns?);
+    let bytes = cur.checked_sub(prev)?;
+    Some(bytes as f64 * 8.0 * 1e9 / dt as f64)
+}
+
+/// Non-zero counters by reason, sorted by name: `a 1, b 2`, or `none`.
+fn reasons(counts: &HashMap<String, u64>) -> String {
+    let mut v: Vec<(&String, &u64)> = counts.iter().filter(|(_, n)| **n > 0).collect();
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.sort();
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Right-aligned table: the first column left-aligned, the rest right-aligned.
+fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::from(indent);
+        for (c, cell) in row.iter().enumerate() {
+            if c == 0 {
+                let _ = write!(line, "{cell:<w$}", w = widths[0]);
+            } else {
+                let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+/// One frame: `cur`, with rates measured since `prev` when given.
+pub fn render(prev: Option<&Snapshot>, cur: &Snapshot, view: &View) -> String {
+    // Rates only between two samples of the same daemon run, some time apart.
+    let prev = prev.filter(|p| p.uptime_ns < cur.uptime_ns);
+    let dt_ns = prev.map(|p| cur.uptime_ns - p.uptime_ns);
+    let mut out = String::new();
+
+    let _ = write!(
+        out,
+        "sluice top   up {}   buffers {}/{}",
+        uptime(cur.uptime_ns),
+        cur.buffers_used,
+        cur.buffers_total
+    );
+    if cur.buffers_total > 0 {
+        let _ = write!(
+            out,
+            " ({:.1}%)",
+            cur.buffers_used as f64 * 100.0 / cur.buffers_total as f64
+        );
+    }
+    match dt_ns {
+        Some(dt) => {
+            let _ = writeln!(out, "   rates over {:.2} s", dt as f64 / 1e9);
+        }
+        None => out.push_str("   rates: need a second sample\n"),
+    }
+    let _ = writeln!(out, "drops: {}", reasons(&cur.drops));
+    let _ = writeln!(out, "malformed: {}", reasons(&cur.malformed));
+
+    for link in &cur.links {
+        let before = prev.and_then(|p| {
+            p.links
+                .iter()
+                .find(|l| l.from == link.from && l.to == link.to)
+        });
+        render_link(&mut out, before, link, dt_ns, view.flows);
+    }
+
+    match view.width {
+        Some(w) => out
+            .lines()
+            .map(|l| l.chars().take(w).collect::<String>() + "\n")
+            .collect(),
+        None => out,
+    }
+}
+
+fn render_link(
+    out: &mut String,
+    prev: Option<&LinkSnapshot>,
+    link: &LinkSnapshot,
+    dt_ns: Option<u64>,
+    flows: usize,
+) {
+    out.push('\n');
+    let _ = write!(out, "link {} -> {}", link.from, link.to);
+    match &link.policy {
+        Some(p) => {
+            let _ = writeln!(out, "   policy {p}");
+        }
+        None => out.push_str("   fifo\n"),
+    }
+
+    let mut rows = vec![
+        ["class", "limit", "rate", "%limit", "queued", "shaped"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for c in &link.classes {
+        let before = prev
+            .and_then(|l| l.classes.iter().find(|p| p.name == c.name))
+            .map(|p| p.sent_bytes);
+        let measured = rate(before, c.sent_bytes, dt_ns);
+        let percent = match (measured, c.rate_bps) {
+            (Some(m), Some(limit)) if limit > 0 => format!("{:.1}%", m * 100.0 / limit as f64),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            c.name.clone(),
+            c.rate_bps.map_or("-".into(), |r| human_rate(r as f64)),
+            measured.map_or("-".into(), human_rate),
+            percent,
+            c.queued.to_string(),
+            c.shaped.to_string(),
+        ]);
+    }
+    table(out, "  ", &rows);
+    let _ = writeln!(
+        out,
+        "  held {}   scheduled {}   paused sources {}   backpressure {}",
+        link.held, link.scheduled, link.paused, link.backpressure
+    );
+
+    if flows == 0 || link.top_flows.is_empty() {
+        return;
+    }
+    // Flows by measured rate; flows new since the last sample (no rate) after them, by bytes.
+    let mut ranked: Vec<(Option<f64>, &sluice_dp::stats::FlowSnapshot)> = link
+        .top_flows
+        .iter()
+        .map(|f| {
+            let before = prev
+                .and_then(|l| l.top_flows.iter().find(|p| p.key == f.key))
+                .map(|p| p.bytes);
+            (rate(before, f.bytes, dt_ns), f)
+        })
+        .collect();
+    ranked.sort_by(|(ra, a), (rb, b)| match (ra, rb) {
+        (Some(x), Some(y)) => y.total_cmp(x).then(a.key.cmp(&b.key)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)),
+    });
+    let mut rows = vec![
+        ["top flows", "rate", "total", "flow"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (r, f) in ranked.into_iter().take(flows) {
+        let label = if f.label.is_empty() {
+            format!("{:#018x}", f.key)
+        } else {
+            f.label.clone()
+        };
+        rows.push(vec![
+            String::new(),
+            r.map_or("-".into(), human_rate),
+            human_bytes(f.bytes),
+            label,
+        ]);
+    }
+    // The flow label is free text: left-align it after the numbers.
+    let labels: Vec<String> = rows
+        .iter_mut()
+        .map(|r| r.pop().unwrap_or_default())
+        .collect();
+    let mut numbers = String::new();
+    table(&mut numbers, "  ", &rows);
+    for (line, label) in numbers.lines().zip(labels) {
+        let _ = writeln!(out, "{line}  {label}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_dp::stats::{ClassSnapshot, FlowSnapshot};
+
+    fn class(
+        name: &str,
+        rate_bps: Option<u64>,
+        sent_bytes: u64,
+        queued: u64,
+        shaped: u64,
+    ) -> ClassSnapshot {
+        ClassSnapshot {
+            name: name.into(),
+            rate_bps,
+            sent: sent_bytes / 1500,
+            sent_bytes,
+            queued,
+            shaped,
+        }
+    }
+
+    fn flow(key: u64, label: &str, bytes: u64) -> FlowSnapshot {
+        FlowSnapshot {
+            key,
+            label: label.into(),
+            bytes,
+            packets: bytes / 1500,
+        }
+    }
+
+    /// Two samples one second apart (by the daemon's clock): gold sends 198.4 Mbit/s against
+    /// a 200 Mbit/s limit, bronze 39.7 Mbit/s unlimited.
+    fn samples() -> (Snapshot, Snapshot) {
+        let link = |t: u64, gold: u64, bronze: u64, flows: Vec<FlowSnapshot>| LinkSnapshot {
+            from: "a".into(),
+            to: "b".into(),
+            policy: Some("three.toml".into()),
+            classes: vec![
+                class("root", None, gold + bronze, 3, 0),
+                class("gold", Some(200_000_000), gold, 2, 340 * t),
+                class("bronze", None, bronze, 1, 0),
+            ],
+            held: 6,
+            scheduled: 4,
+            paused: 1,
+            backpressure: 9,
+            top_flows: flows,
+        };
+        let prev = Snapshot {
+            uptime_ns: 3_661_000_000_000,
+            buffers_used: 120,
+            buffers_total: 4096,
+            links: vec![link(
+                1,
+                1_000_000,
+                500_000,
+                vec![
+                    flow(1, "10.0.0.1:5001 > 10.0.0.2:80 tcp", 600_000),
+                    flow(2, "10.0.0.3:7 > 10.0.0.2:80 udp", 900_000),
+                ],
+            )],
+            drops: [("no_class".into(), 12), ("at_bound".into(), 0)]
+                .into_iter()
+                .collect(),
+            ..Snapshot::default()
+        };
+        let cur = Snapshot {
+            uptime_ns: 3_662_000_000_000,
+            buffers_used: 128,
+            buffers_total: 4096,
+            links: vec![link(
+                2,
+                1_000_000 + 24_800_000,
+                500_000 + 4_962_500,
+                vec![
+                    flow(1, "10.0.0.1:5001 > 10.0.0.2:80 tcp", 600_000 + 12_262_500),
+                    flow(2, "10.0.0.3:7 > 10.0.0.2:80 udp", 900_000 + 1_000),
+                    flow(3, "", 2_000_000),
+                ],
+            )],
+            drops: [
+                ("no_class".into(), 15),
+                ("at_bound".into(), 2),
+                ("tx_error".into(), 0),
+            ]
+            .into_iter()
+            .collect(),
+            malformed: [("truncated_tcp".into(), 1)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        (prev, cur)
+    }
+
+    #[test]
+    fn a_frame_with_measured_rates() {
+        let (prev, cur) = samples();
+        let got = render(
+            Some(&prev),
+            &cur,
+            &View {
+                flows: 5,
+                width: None,
+            },
+        );
+        let expected = "\
+sluice top   up 01:01:02   buffers 128/4096 (3.1%)   rates over 1.00 s
+drops: at_bound 2, no_class 15
+malformed: truncated_tcp 1
+
+link a -> b   policy three.toml
+  class          limit          rate  %limit  queued  shaped
+  root               -  238.1 Mbit/s       -       3       0
+  gold    200.0 Mbit/s  198.4 Mbit/s   99.2%       2     680
+  bronze             -   39.7 Mbit/s       -       1       0
+  held 6   scheduled 4   paused sources 1   backpressure 9
+  top flows         rate     total  flow
+             98.1 Mbit/s   12.9 MB  10.0.0.1:5001 > 10.0.0.2:80 tcp
+              8.0 kbit/s  901.0 kB  10.0.0.3:7 > 10.0.0.2:80 udp
+                       -    2.0 MB  0x0000000000000003
+";
+        for (i, (g, e)) in got.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(g, e, "line {}", i + 1);
+        }
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn the_first_frame_and_a_restart_show_no_rates() {
+        let (prev, cur) = samples();
+        for frame in [
+            render(
+                None,
+                &cur,
+                &View {
+                    flows: 5,
+                    width: None,
+                },
+            ),
+            // The daemon restarted: its uptime went backwards.
+            render(
+                Some(&cur),
+                &prev,
+                &View {
+                    flows: 5,
+                    width: None,
+                },
+            ),
+        ] {
+            assert!(
+                frame
+                    .lines()
+                    .next()
+                    .unwrap()
+                    .ends_with("rates: need a second sample"),
+                "{frame}"
+            );
+            let gold = frame
+                .lines()
+                .find(|l| l.trim_start().starts_with("gold"))
+                .unwrap();
+            assert_eq!(
+                gold.split_whitespace().collect::<Vec<_>>(),
+                [
+                    "gold",
+                    "200.0",
+                    "Mbit/s",
+                    "-",
+                    "-",
+                    "2",
+                    gold.split_whitespace().last().unwrap()
+                ]
+            );
+            assert!(!frame.contains("kbit/s"), "no flow rates: {frame}");
+        }
+        // Flows without rates are ranked by bytes.
+        let first = render(
+            None,
+            &cur,
+            &View {
+                flows: 1,
+                width: None,
+            },
+        );
+        assert!(first.contains("12.9 MB  10.0.0.1:5001"), "{first}");
+        assert!(!first.contains("udp"), "--flows 1 shows one: {first}");
+    }
+
+    #[test]
+    fn lines_are_cut_to_the_width_and_zero_flows_hides_them() {
+        let (prev, cur) = samples();
+        let frame = render(
+            Some(&prev),
+            &cur,
+            &View {
+                flows: 0,
+                width: Some(20),
+            },
+        );
+        assert!(frame.lines().all(|l| l.chars().count() <= 20), "{frame}");
+        assert!(!frame.contains("top flows"));
+        assert!(frame.ends_with('\n'));
+    }
+
+    #[test]
+    fn no_drops_and_no_links() {
+        let frame = render(
+            None,
+            &Snapshot::default(),
+            &View {
+                flows: 5,
+                width: None,
+            },
+        );
+        assert_eq!(
+            frame,
+            "sluice top   up 00:00:00   buffers 0/0   rates: need a second sample\ndrops: none\nmalformed: none\n"
+        );
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_rate(0.0), "0 bit/s");
+        assert_eq!(human_rate(950.0), "950 bit/s");
+        assert_eq!(human_rate(999.6), "1.0 kbit/s");
+        assert_eq!(human_rate(198_400_000.0), "198.4 Mbit/s");
+        assert_eq!(human_rate(999_960_000.0), "1.0 Gbit/s");
+        assert_eq!(human_rate(40e9), "40.0 Gbit/s");
+        assert_eq!(human_rate(4e15), "4000.0 Tbit/s");
+        assert_eq!(human_bytes(1_234_567_890), "1.2 GB");
+        assert_eq!(uptime(90_061_000_000_000), "1d 01:01:01");
+    }
+
+    #[test]
+    fn intervals_parse_and_tiny_ones_are_refused() {
+        assert_eq!(parse_interval("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_interval("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_interval("1us").is_err());
+        assert!(parse_interval("soon").is_err());
+    }
+}
