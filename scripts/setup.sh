@@ -7,6 +7,14 @@ packages=()
 command -v cc >/dev/null 2>&1 || packages+=(build-essential)
 command -v curl >/dev/null 2>&1 || packages+=(curl ca-certificates)
 command -v git >/dev/null 2>&1 || packages+=(git)
+# The software NIC and its tests and benchmarks: namespaces and qdiscs (iproute2), traffic
+# (iperf3, sockperf, ping), and tools to look at it (tcpdump, ethtool).
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+command -v iperf3 >/dev/null 2>&1 || packages+=(iperf3)
+command -v sockperf >/dev/null 2>&1 || packages+=(sockperf)
+command -v ping >/dev/null 2>&1 || packages+=(iputils-ping)
+command -v tcpdump >/dev/null 2>&1 || packages+=(tcpdump)
+command -v ethtool >/dev/null 2>&1 || packages+=(ethtool)
 if ((${#packages[@]})); then
   echo "setup: installing ${packages[*]}"
   apt-get update -qq

@@ -2,9 +2,12 @@
 //!
 //! - `sluice bench queues`: every queue and baseline side by side (see [`bench::queues`]).
 //! - `sluice policy check FILE`: validate a policy file and print its scheduler (see [`policy`]).
+//! - `sluice run --config FILE`: the software NIC daemon (see [`run`], `sluice_dp::daemon`).
+//! - `sluice demo`: the daemon shaping three classes of iperf3 traffic between namespaces.
 //! - `sluice top`: a live view of a running daemon's classes, rates and flows (see [`top`]).
 
 mod bench;
+mod demo;
 mod policy;
 mod report;
 mod run;
@@ -34,6 +37,8 @@ enum Command {
     Policy(policy::PolicyCommand),
     /// The software NIC: shape live traffic between ports as a configuration file says.
     Run(run::RunArgs),
+    /// Two namespaces, the daemon between them, three classes of iperf3 traffic, a live view.
+    Demo(demo::DemoArgs),
     /// A live view of a running daemon: per-class rates against their limits, queues, drops
     /// and the busiest flows.
     Top(top::TopArgs),
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Policy(cmd) => policy::run(cmd),
         Command::Run(args) => run::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Top(args) => top::run(args),
     };
     match result {

@@ -120,7 +120,8 @@ fn terminal_width() -> Option<usize> {
         .filter(|&w| w > 0)
 }
 
-fn fetch(socket: &Path) -> anyhow::Result<Snapshot> {
+/// One snapshot from the daemon at `socket`.
+pub(crate) fn fetch(socket: &Path) -> anyhow::Result<Snapshot> {
     // The error names the socket ("no daemon at PATH: ..."); nothing to add.
     match control_socket::request(socket, &Request::Stats {}, REQUEST_TIMEOUT) {
         Ok(Reply::Stats(s)) => Ok(*s),
