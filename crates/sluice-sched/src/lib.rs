@@ -11,6 +11,8 @@
 //!   and weights changed at run time. Time is always passed in.
 //! - [`TreeBuilder`]: build a tree in code.
 //! - [`oracle::OracleTree`]: the plain reference interpreter the scheduler is tested against.
+//! - [`baseline::Fq`]: a port of Linux fq, the baseline for FQ/pacing.
+//! - [`workload`]: the closed-loop benchmark workloads of `sluice bench sched` and criterion.
 //!
 //! ```
 //! use sluice_sched::{NodeSpec, Packet, PolicyKind, SchedConfig, TreeBuilder, Rate};
@@ -41,6 +43,7 @@ pub mod packet;
 pub mod policy;
 pub mod tree;
 pub mod units;
+pub mod workload;
 
 pub use builder::{BuildError, NodeSpec, QueueChoice, SchedConfig, ShaperConfig, TreeBuilder};
 pub use packet::{Fields, Headers, Packet};

@@ -2,6 +2,7 @@
 //! ratios (absolute times on shared machines are noise; ratios from one run are not).
 
 pub mod queues;
+pub mod sched;
 
 use clap::Subcommand;
 
@@ -10,11 +11,14 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// Integer priority queues vs baselines: hold, pacing and drain workloads.
     Queues(queues::QueuesArgs),
+    /// Whole schedulers vs baselines: hClock, pFabric, FQ/pacing, Eiffel Fig. 4.7.
+    Sched(sched::SchedArgs),
 }
 
 /// Run one suite.
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Queues(args) => queues::run(&args),
+        BenchCommand::Sched(args) => sched::run(&args),
     }
 }

@@ -1,0 +1,308 @@
+//! `sluice bench sched`: whole schedulers, Sluice against its baselines, in one process: hClock,
+//! pFabric, FQ/pacing and Eiffel's Fig. 4.7 hierarchy over N flows, N in {1e2 .. 1e6}, driven
+//! by the closed loop of [`sluice_sched::workload`] (every flow keeps two packets queued and
+//! sends the next when one leaves, virtual time at 100 Gbit/s). Prints ns per packet (one
+//! enqueue plus one dequeue) for both implementations and the speedup (baseline / Sluice),
+//! writes a CSV and an SVG plot.
+//!
+//! Method, as in `sluice bench queues`: for each (case, N) both implementations are built and
+//! filled, then warmed up with `2 N` packets (every flow cycles at least once, so the schedulers
+//! reach their steady state), then timed round-robin: `--repeats` rounds, each running a short
+//! untimed warm-up (the other implementation evicted the caches) and `--packets` timed packets.
+//! A cell is the median of its rounds. Afterwards both must have sent the same number of packets,
+//! rejected none and still hold two packets of every flow; otherwise the run fails.
+
+use super::queues::parse_count;
+use crate::report::{self, Panel, Series, Table};
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+use sluice_sched::workload::{Case, CaseLoop, Impl};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of `sluice bench sched`.
+#[derive(Args, Debug)]
+pub struct SchedArgs {
+    /// CI-sized run: flows in {1e2, 1e3, 1e4} and 2e5 packets per timing.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object per measurement on stdout instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Flow counts, comma separated (e.g. 1e3,1e6). Default: 1e2,1e3,1e4,1e5,1e6.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    flows: Vec<usize>,
+    /// Cases: hclock, pfabric, fq_pacing, eiffel_fig47. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    case: Vec<String>,
+    /// Packets per timing (default 1e6, or 2e5 with --quick).
+    #[arg(long, value_parser = parse_count)]
+    packets: Option<usize>,
+    /// Timed repeats per cell; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Directory for bench-sched.csv and bench-sched.svg.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// Flow counts are at most this (a scheduler holds at most `MAX_PACKETS`, two per flow).
+const MAX_FLOWS: usize = sluice_sched::builder::MAX_PACKETS / 2;
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    bench: &'static str,
+    case: &'a str,
+    #[serde(rename = "impl")]
+    imp: &'a str,
+    flows: usize,
+    ns_per_packet: f64,
+}
+
+/// One measured cell.
+struct Cell {
+    case: Case,
+    imp: Impl,
+    flows: usize,
+    ns_per_packet: f64,
+    /// Packets this implementation sent in the cell (warm-up included).
+    packets: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Time both implementations of `case` at `flows` flows, round-robin. Returns ns per packet
+/// and packets sent, per implementation, in [`Impl::ALL`] order.
+fn measure_cell(
+    case: Case,
+    flows: usize,
+    packets: u64,
+    repeats: usize,
+) -> anyhow::Result<Vec<(f64, u64)>> {
+    let mut loops = Impl::ALL
+        .iter()
+        .map(|&imp| {
+            CaseLoop::new(case, imp, flows).with_context(|| {
+                format!("building {} {} for {flows} flows", case.name(), imp.name())
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for l in &mut loops {
+        black_box(l.run(2 * flows as u64));
+    }
+    let mut samples = vec![Vec::with_capacity(repeats); loops.len()];
+    for _ in 0..repeats {
+        for (l, s) in loops.iter_mut().zip(&mut samples) {
+            black_box(l.run(packets / 10));
+            let t = Instant::now();
+            black_box(l.run(packets));
+            s.push(t.elapsed().as_nanos() as f64 / packets as f64);
+        }
+    }
+    for (l, imp) in loops.iter().zip(Impl::ALL) {
+        l.verify()
+            .map_err(|e| anyhow::anyhow!("{} {} at {flows} flows: {e}", case.name(), imp.name()))?;
+    }
+    let sent: Vec<u64> = loops.iter().map(CaseLoop::sent).collect();
+    if sent.iter().any(|&s| s != sent[0]) {
+        bail!(
+            "{} at {flows} flows: the implementations sent different numbers of packets: {sent:?}",
+            case.name()
+        );
+    }
+    Ok(samples.into_iter().map(median).zip(sent).collect())
+}
+
+fn pick_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
+    if names.is_empty() {
+        return Ok(Case::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|s| {
+            Case::ALL
+                .into_iter()
+                .find(|c| c.name() == s.as_str())
+                .ok_or_else(|| {
+                    let known: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
+                    anyhow::anyhow!("unknown case `{s}`; expected one of: {}", known.join(", "))
+                })
+        })
+        .collect()
+}
+
+fn fmt_n(n: usize) -> String {
+    let e = (n as f64).log10();
+    if e.fract() == 0.0 {
+        format!("1e{}", e as u32)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Run the benchmark.
+pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
+    if args.repeats == 0 {
+        bail!("--repeats must be at least 1");
+    }
+    let cases = pick_cases(&args.case)?;
+    let flow_counts: Vec<usize> = if !args.flows.is_empty() {
+        args.flows.clone()
+    } else if args.quick {
+        vec![100, 1_000, 10_000]
+    } else {
+        vec![100, 1_000, 10_000, 100_000, 1_000_000]
+    };
+    if let Some(&n) = flow_counts.iter().find(|&&n| n > MAX_FLOWS) {
+        bail!("--flows {n} is more than the {MAX_FLOWS} supported");
+    }
+    let packets = args
+        .packets
+        .unwrap_or(if args.quick { 200_000 } else { 1_000_000 }) as u64;
+
+    let pb = report::progress((cases.len() * flow_counts.len()) as u64);
+    let mut cells = Vec::new();
+    for &case in &cases {
+        for &flows in &flow_counts {
+            pb.set_message(format!("{} flows={}", case.name(), fmt_n(flows)));
+            let results = measure_cell(case, flows, packets, args.repeats)?;
+            for (&imp, (ns_per_packet, sent)) in Impl::ALL.iter().zip(results) {
+                if args.json {
+                    let line = JsonLine {
+                        bench: "sched",
+                        case: case.name(),
+                        imp: imp.name(),
+                        flows,
+                        ns_per_packet: report::one_decimal(ns_per_packet),
+                    };
+                    let text = serde_json::to_string(&line).context("encoding a JSON line")?;
+                    pb.suspend(|| println!("{text}"));
+                }
+                cells.push(Cell {
+                    case,
+                    imp,
+                    flows,
+                    ns_per_packet,
+                    packets: sent,
+                });
+            }
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+
+    let ns = |case: Case, imp: Impl, flows: usize| {
+        cells
+            .iter()
+            .find(|c| c.case == case && c.imp == imp && c.flows == flows)
+            .map(|c| c.ns_per_packet)
+    };
+    if !args.json {
+        println!("ns per packet (one enqueue + one dequeue); speedup = baseline / sluice");
+        println!(
+            "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing, median of {}\n",
+            args.repeats
+        );
+        for &case in &cases {
+            let baseline = match case {
+                Case::FqPacing => "baseline (Linux fq port)",
+                _ => "baseline (binary heaps)",
+            };
+            let mut t = Table::new(
+                vec![
+                    format!("{} flows", case.name()),
+                    "sluice".into(),
+                    baseline.into(),
+                    "speedup".into(),
+                ],
+                1,
+            );
+            for &flows in &flow_counts {
+                let (s, b) = (
+                    ns(case, Impl::Sluice, flows),
+                    ns(case, Impl::Baseline, flows),
+                );
+                let cell = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+                let speedup = match (s, b) {
+                    (Some(s), Some(b)) => format!("{:.1}x", b / s),
+                    _ => "-".into(),
+                };
+                t.row(vec![fmt_n(flows), cell(s), cell(b), speedup]);
+            }
+            println!("{}", t.render());
+        }
+    }
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let rows: Vec<Vec<String>> = cells
+        .iter()
+        .map(|c| {
+            let speedup = ns(c.case, Impl::Baseline, c.flows)
+                .map_or(String::new(), |b| format!("{:.3}", b / c.ns_per_packet));
+            vec![
+                c.case.name().into(),
+                c.imp.name().into(),
+                c.flows.to_string(),
+                format!("{:.2}", c.ns_per_packet),
+                speedup,
+                c.packets.to_string(),
+            ]
+        })
+        .collect();
+    let csv = args.out.join("bench-sched.csv");
+    report::write_csv(
+        &csv,
+        &[
+            "case",
+            "impl",
+            "flows",
+            "ns_per_packet",
+            "speedup_vs_baseline",
+            "packets",
+        ],
+        &rows,
+    )?;
+    let panels: Vec<Panel> = cases
+        .iter()
+        .map(|&case| Panel {
+            title: case.name().to_string(),
+            series: Impl::ALL
+                .iter()
+                .map(|&imp| Series {
+                    label: imp.name().into(),
+                    points: cells
+                        .iter()
+                        .filter(|c| c.case == case && c.imp == imp)
+                        .map(|c| (c.flows as f64, c.ns_per_packet))
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    let svg = args.out.join("bench-sched.svg");
+    report::plot_loglog(&svg, &panels, "flows (N)", "ns per packet")?;
+    eprintln!("wrote {} and {}", csv.display(), svg.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_are_picked_by_name() {
+        assert_eq!(pick_cases(&[]).unwrap().len(), 4);
+        assert_eq!(
+            pick_cases(&["fq_pacing".into()]).unwrap(),
+            vec![Case::FqPacing]
+        );
+        let err = pick_cases(&["wfq".into()]).unwrap_err().to_string();
+        assert!(err.contains("unknown case `wfq`"), "{err}");
+    }
+}

@@ -1,0 +1,158 @@
+//! `sluice bench sched` as a user runs it: a tiny run, its JSON lines, CSV and plot.
+
+use std::collections::HashMap;
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+const CASES: [&str; 4] = ["hclock", "pfabric", "fq_pacing", "eiffel_fig47"];
+const IMPLS: [&str; 2] = ["sluice", "baseline"];
+
+#[test]
+fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
+    let dir = std::env::temp_dir().join(format!("sluice-sched-{}", std::process::id()));
+    let out = sluice(&[
+        "bench",
+        "sched",
+        "--json",
+        "--flows",
+        "100,200",
+        "--packets",
+        "2000",
+        "--repeats",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), CASES.len() * IMPLS.len() * 2, "{stdout}");
+    let mut seen = HashMap::new();
+    for line in &lines {
+        // The exact shape: these five keys in this order, nothing else.
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (case, imp) = (v["case"].as_str().unwrap(), v["impl"].as_str().unwrap());
+        let (flows, ns) = (
+            v["flows"].as_u64().unwrap(),
+            v["ns_per_packet"].as_f64().unwrap(),
+        );
+        let expected = format!(
+            r#"{{"bench":"sched","case":"{case}","impl":"{imp}","flows":{flows},"ns_per_packet":{}}}"#,
+            serde_json::to_string(&ns).unwrap()
+        );
+        assert_eq!(*line, expected);
+        assert!(CASES.contains(&case) && IMPLS.contains(&imp), "{line}");
+        assert!([100, 200].contains(&flows), "{line}");
+        let text = line
+            .rsplit_once("\"ns_per_packet\":")
+            .map(|(_, t)| t.trim_end_matches('}'))
+            .unwrap();
+        let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+        assert!(ns > 0.0 && decimals <= 1, "one decimal: {line}");
+        *seen.entry((case.to_string(), imp.to_string())).or_insert(0) += 1;
+    }
+    for case in CASES {
+        for imp in IMPLS {
+            assert_eq!(
+                seen.get(&(case.into(), imp.into())),
+                Some(&2),
+                "{case} {imp}"
+            );
+        }
+    }
+
+    // The CSV counts the packets each implementation sent: the same for both, and at least
+    // the warm-up (2 per flow) plus every timed round.
+    let csv = std::fs::read_to_string(dir.join("bench-sched.csv")).unwrap();
+    let mut rows = csv.lines();
+    assert_eq!(
+        rows.next(),
+        Some("case,impl,flows,ns_per_packet,speedup_vs_baseline,packets")
+    );
+    let mut packets: HashMap<(String, String), Vec<u64>> = HashMap::new();
+    for row in rows {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f.len(), 6, "{row}");
+        let flows: u64 = f[2].parse().unwrap();
+        let sent: u64 = f[5].parse().unwrap();
+        assert!(sent >= 2 * flows + 2 * 2000, "{row}");
+        packets
+            .entry((f[0].into(), f[2].into()))
+            .or_default()
+            .push(sent);
+        if f[1] == "baseline" {
+            assert_eq!(f[4], "1.000", "{row}");
+        }
+    }
+    assert_eq!(packets.len(), CASES.len() * 2);
+    for (cell, sent) in &packets {
+        assert_eq!(sent.len(), 2, "{cell:?}");
+        assert_eq!(
+            sent[0], sent[1],
+            "both implementations sent the same: {cell:?}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.join("bench-sched.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("fq_pacing"));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bench_sched_tables_have_a_speedup_column_per_case() {
+    let dir = std::env::temp_dir().join(format!("sluice-sched-t-{}", std::process::id()));
+    let out = sluice(&[
+        "bench",
+        "sched",
+        "--flows",
+        "100",
+        "--packets",
+        "1000",
+        "--repeats",
+        "1",
+        "--case",
+        "pfabric,fq_pacing",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("pfabric flows") && stdout.contains("fq_pacing flows"));
+    assert!(stdout.contains("baseline (Linux fq port)") && stdout.contains("speedup"));
+    assert!(!stdout.contains("hclock"));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bench_sched_rejects_bad_options() {
+    for (args, needle) in [
+        (
+            &["bench", "sched", "--case", "wfq"][..],
+            "unknown case `wfq`",
+        ),
+        (
+            &["bench", "sched", "--flows", "0"][..],
+            "between 1 and 1e10",
+        ),
+        (&["bench", "sched", "--repeats", "0"][..], "at least 1"),
+        (&["bench", "sched", "--flows", "1e9"][..], "supported"),
+    ] {
+        let out = sluice(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
