@@ -500,20 +500,16 @@ impl Datapath {
         Ok(())
     }
 
-    /// Change the weight of class `node` of the link from port `from`, at run time.
-    pub fn set_weight(&mut self, from: &str, node: &str, weight: u32) -> Result<(), String> {
-        let (l, n) = self.find(from, node)?;
-        if weight == 0 || weight > sluice_sched::policy::MAX_WEIGHT {
-            return Err(format!(
-                "weight {weight} is outside 1..={}",
-                sluice_sched::policy::MAX_WEIGHT
-            ));
-        }
-        self.links[l].pipeline.scheduler_mut().set_weight(n, weight);
-        Ok(())
+    /// Set the rate limit of node `n` of link `l`, keeping its burst (the allocator of several
+    /// engines installs each engine's share this way).
+    pub fn set_node_rate(&mut self, l: usize, n: NodeId, rate: Rate) {
+        let s = self.links[l].pipeline.scheduler_mut();
+        let burst = s.burst(n);
+        s.set_rate(n, Some(rate), burst);
     }
 
-    fn find(&self, from: &str, node: &str) -> Result<(usize, NodeId), String> {
+    /// Link `l`'s index and node `node`'s id in it, for the link that reads from port `from`.
+    pub fn find(&self, from: &str, node: &str) -> Result<(usize, NodeId), String> {
         let l = self
             .links
             .iter()
@@ -525,6 +521,19 @@ impl Datapath {
             .node_by_name(node)
             .ok_or_else(|| format!("the policy of link `{from}` has no node `{node}`"))?;
         Ok((l, n))
+    }
+
+    /// Change the weight of class `node` of the link from port `from`, at run time.
+    pub fn set_weight(&mut self, from: &str, node: &str, weight: u32) -> Result<(), String> {
+        let (l, n) = self.find(from, node)?;
+        if weight == 0 || weight > sluice_sched::policy::MAX_WEIGHT {
+            return Err(format!(
+                "weight {weight} is outside 1..={}",
+                sluice_sched::policy::MAX_WEIGHT
+            ));
+        }
+        self.links[l].pipeline.scheduler_mut().set_weight(n, weight);
+        Ok(())
     }
 
     /// Everything counted, now.
@@ -575,7 +584,7 @@ impl Datapath {
                     scheduled: l.pipeline.admission().occupancy() as u64,
                     paused: l.pipeline.admission().paused() as u64,
                     backpressure: ps.backpressure,
-                    top_flows: l.flows.top(10),
+                    top_flows: l.flows.top(crate::stats::TOP_FLOWS),
                 }
             })
             .collect();

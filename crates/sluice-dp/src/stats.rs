@@ -149,6 +149,66 @@ pub struct Snapshot {
     pub ecn_marked: u64,
 }
 
+impl Snapshot {
+    /// One snapshot of several engines running the same configuration: counters, queues and
+    /// rate limits added up (each engine's limit of a class is its share of the class's
+    /// aggregate), ports and links matched by position, the busiest flows of all engines. The
+    /// uptime is the oldest engine's.
+    pub fn merge(parts: Vec<Snapshot>) -> Snapshot {
+        let mut parts = parts.into_iter();
+        let Some(mut all) = parts.next() else {
+            return Snapshot::default();
+        };
+        for s in parts {
+            all.uptime_ns = all.uptime_ns.max(s.uptime_ns);
+            all.buffers_used += s.buffers_used;
+            all.buffers_total += s.buffers_total;
+            all.read_pauses += s.read_pauses;
+            all.ecn_marked += s.ecn_marked;
+            for (k, v) in s.drops {
+                *all.drops.entry(k).or_insert(0) += v;
+            }
+            for (k, v) in s.malformed {
+                *all.malformed.entry(k).or_insert(0) += v;
+            }
+            for (a, b) in all.ports.iter_mut().zip(s.ports) {
+                a.rx_frames += b.rx_frames;
+                a.rx_bytes += b.rx_bytes;
+                a.tx_frames += b.tx_frames;
+                a.tx_bytes += b.tx_bytes;
+                a.kernel_drops += b.kernel_drops;
+                a.delayed += b.delayed;
+            }
+            for (a, b) in all.links.iter_mut().zip(s.links) {
+                a.held += b.held;
+                a.scheduled += b.scheduled;
+                a.paused += b.paused;
+                a.backpressure += b.backpressure;
+                for (x, y) in a.classes.iter_mut().zip(b.classes) {
+                    x.rate_bps = match (x.rate_bps, y.rate_bps) {
+                        (Some(p), Some(q)) => Some(p.saturating_add(q)),
+                        (p, q) => p.or(q),
+                    };
+                    x.sent += y.sent;
+                    x.sent_bytes += y.sent_bytes;
+                    x.queued += y.queued;
+                    x.shaped += y.shaped;
+                }
+                a.top_flows.extend(b.top_flows);
+            }
+        }
+        for l in &mut all.links {
+            l.top_flows
+                .sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+            l.top_flows.truncate(TOP_FLOWS);
+        }
+        all
+    }
+}
+
+/// Busiest flows a link's snapshot lists.
+pub const TOP_FLOWS: usize = 10;
+
 /// The datapath's own counters (the rest is read from ports and schedulers at snapshot time).
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
@@ -245,6 +305,67 @@ mod tests {
         f.add(5, 1, String::new);
         assert!(f.top(10).len() <= 4, "the quietest flows were forgotten");
         assert!(f.top(10).iter().any(|x| x.key == 2));
+    }
+
+    #[test]
+    fn engines_snapshots_merge_by_adding_up() {
+        let one = |sent: u64, rate: u64, flow: u64| Snapshot {
+            uptime_ns: sent,
+            buffers_used: 1,
+            buffers_total: 10,
+            ecn_marked: 2,
+            drops: [("malformed".to_string(), 1)].into(),
+            ports: vec![PortSnapshot {
+                name: "a".into(),
+                rx_frames: sent,
+                ..Default::default()
+            }],
+            links: vec![LinkSnapshot {
+                classes: vec![ClassSnapshot {
+                    name: "root".into(),
+                    rate_bps: Some(rate),
+                    sent,
+                    sent_bytes: sent * 100,
+                    ..Default::default()
+                }],
+                held: 3,
+                top_flows: vec![FlowSnapshot {
+                    key: flow,
+                    bytes: sent,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let m = Snapshot::merge(vec![one(5, 600, 1), one(7, 400, 2)]);
+        assert_eq!(
+            (m.uptime_ns, m.buffers_used, m.buffers_total, m.ecn_marked),
+            (7, 2, 20, 4)
+        );
+        assert_eq!(m.drops["malformed"], 2);
+        assert_eq!(m.ports[0].rx_frames, 12);
+        let c = &m.links[0].classes[0];
+        assert_eq!(
+            (c.rate_bps, c.sent, c.sent_bytes),
+            (Some(1000), 12, 1200),
+            "the shares add up to the aggregate"
+        );
+        assert_eq!(m.links[0].held, 6);
+        assert_eq!(
+            m.links[0]
+                .top_flows
+                .iter()
+                .map(|f| f.key)
+                .collect::<Vec<_>>(),
+            vec![2, 1]
+        );
+        assert_eq!(Snapshot::merge(vec![]), Snapshot::default());
+        assert_eq!(
+            Snapshot::merge(vec![one(1, 1, 1)]),
+            one(1, 1, 1),
+            "one engine: unchanged"
+        );
     }
 
     #[test]

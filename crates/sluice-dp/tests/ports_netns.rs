@@ -413,6 +413,29 @@ fn tap_names_in_use_are_refused_clearly() {
     assert!(!interface_exists(None, &name).expect("ip"));
 }
 
+/// Per-core engines open one tap queue each: every queue is a working port of one device.
+#[test]
+fn a_multi_queue_tap_has_one_port_per_queue() {
+    require_root!();
+    let name = ifn("mq");
+    let taps = Tap::create_queues(&name, 3).expect("multi-queue tap");
+    assert_eq!(taps.len(), 3);
+    assert!(taps.iter().all(|t| t.ifname() == name));
+    let queues = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .expect("sysfs")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|q| q.starts_with("tx-"))
+        .count();
+    assert_eq!(queues, 3, "the device has a transmit queue per descriptor");
+    let single = Tap::create_queues(&ifn("sq"), 1).expect("one queue");
+    assert_eq!(single.len(), 1);
+    drop(taps);
+    assert!(
+        !interface_exists(None, &name).expect("ip"),
+        "gone with its last queue"
+    );
+}
+
 #[test]
 fn tap_errors_are_counted() {
     require_root!();
@@ -435,6 +458,99 @@ fn tap_errors_are_counted() {
 
 // ---------------------------------------------------------------------------------------------
 // AF_PACKET
+
+/// Per-core engines open one AF_PACKET socket each in a fanout group: together they read
+/// every frame, each flow's frames on one socket, and both sockets get flows.
+#[test]
+fn af_packet_fanout_spreads_flows_over_the_group() {
+    require_root!();
+    let n = ns("pf");
+    let (v0, v1) = (ifn("f0"), ifn("f1"));
+    let (ip0, ip1) = (Ipv4Addr::new(10, 79, 0, 1), Ipv4Addr::new(10, 79, 0, 2));
+    let mut setup = Setup::new();
+    setup.netns(&n).expect("netns");
+    setup.add_veth(Some(&n), &v0, &v1).expect("veth");
+    setup
+        .add_address(Some(&n), &v1, ip1.into(), 24)
+        .expect("address");
+    setup.link_up(Some(&n), &v0).expect("up");
+    setup.link_up(Some(&n), &v1).expect("up");
+    let mac = FAKE_MAC
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    netns::ip(&[
+        "-n",
+        &n,
+        "neigh",
+        "add",
+        &ip0.to_string(),
+        "lladdr",
+        &mac,
+        "dev",
+        &v1,
+    ])
+    .expect("neigh");
+    let cfg = RingConfig {
+        fanout: Some(std::process::id() as u16),
+        ..RingConfig::default()
+    };
+    let mut ports: Vec<AfPacket> = (0..2)
+        .map(|_| {
+            in_netns(&n, || AfPacket::open_with(&v0, cfg))
+                .expect("enter")
+                .expect("open")
+        })
+        .collect();
+    const FLOWS: u16 = 32;
+    let socks: Vec<UdpSocket> = (0..FLOWS)
+        .map(|_| {
+            in_netns(&n, || UdpSocket::bind((ip1, 0)))
+                .expect("enter")
+                .expect("bind")
+        })
+        .collect();
+    for (i, s) in socks.iter().enumerate() {
+        s.send_to(format!("flow {i}").as_bytes(), (ip0, 7000))
+            .expect("send");
+    }
+    let mut seen = vec![Vec::new(); 2];
+    let deadline = Instant::now() + WAIT;
+    let mut frame = vec![0u8; BUF_SIZE];
+    while seen.iter().map(Vec::len).sum::<usize>() < usize::from(FLOWS) && Instant::now() < deadline
+    {
+        let mut idle = true;
+        for (p, port) in ports.iter_mut().enumerate() {
+            if let Some(len) = port.recv(&mut frame).expect("recv") {
+                idle = false;
+                if let Some((_, 7000, payload)) = udp(&frame[..len]) {
+                    seen[p].push(String::from_utf8_lossy(&payload).to_string());
+                }
+            }
+        }
+        if idle {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut all: Vec<String> = seen.concat();
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        usize::from(FLOWS),
+        "every datagram read exactly once by the group: {seen:?}"
+    );
+    assert_eq!(
+        seen[0].len() + seen[1].len(),
+        usize::from(FLOWS),
+        "no frame read twice"
+    );
+    assert!(
+        seen.iter().all(|s| !s.is_empty()),
+        "both sockets got flows: {seen:?}"
+    );
+}
 
 #[test]
 fn af_packet_reads_and_writes_real_frames() {
@@ -562,6 +678,7 @@ fn af_packet_counts_kernel_drops_and_truncated_frames() {
         block_count: 4,
         retire_timeout_ms: 1,
         promiscuous: false,
+        fanout: None,
     };
     let mut small = in_netns(&n, || AfPacket::open_with(&d0, tiny))
         .expect("enter")

@@ -245,6 +245,21 @@ pub struct Nba {
     scratch_order: Vec<usize>,
 }
 
+/// An aggregate's headroom: `max(1, rate x headroom_bp / 10 000)`, which `engines` engines
+/// must be able to hold at once.
+fn headroom_for(name: &str, rate: Rate, engines: usize, cfg: NbaConfig) -> Result<u64, NbaError> {
+    let headroom = ((u128::from(rate.bps()) * u128::from(cfg.headroom_bp) / 10_000) as u64).max(1);
+    if u128::from(headroom) * engines as u128 > u128::from(rate.bps()) {
+        return Err(NbaError::HeadroomExceedsRate {
+            name: name.to_string(),
+            engines,
+            headroom_bps: headroom,
+            rate_bps: rate.bps(),
+        });
+    }
+    Ok(headroom)
+}
+
 impl Nba {
     /// An allocator splitting `aggregates` over `engines` engines. Until the first allocation
     /// every engine has an equal share of every aggregate.
@@ -278,16 +293,7 @@ impl Nba {
                     });
                 }
             };
-            let headroom =
-                ((u128::from(rate.bps()) * u128::from(cfg.headroom_bp) / 10_000) as u64).max(1);
-            if u128::from(headroom) * engines as u128 > u128::from(rate.bps()) {
-                return Err(NbaError::HeadroomExceedsRate {
-                    name: a.name.clone(),
-                    engines,
-                    headroom_bps: headroom,
-                    rate_bps: rate.bps(),
-                });
-            }
+            let headroom = headroom_for(&a.name, rate, engines, cfg)?;
             aggs.push(Agg {
                 name: a.name.clone(),
                 rate,
@@ -323,6 +329,25 @@ impl Nba {
             scratch_out: vec![0; engines],
             scratch_order: Vec::with_capacity(engines),
         })
+    }
+
+    /// Change aggregate `a`'s rate at run time. The engines' allocations are rescaled to the
+    /// new rate at once (in proportion to what each has now), so the sum never exceeds it
+    /// while the next allocation measures demand again.
+    pub fn set_rate(&mut self, a: AggregateId, rate: Rate) -> Result<(), NbaError> {
+        let Some(agg) = self.aggs.get(a) else {
+            return Ok(());
+        };
+        let headroom = headroom_for(&agg.name, rate, self.engines, self.cfg)?;
+        let old = agg.rate.bps();
+        let n = self.engines;
+        for s in &mut self.slots[a * n..(a + 1) * n] {
+            s.alloc =
+                ((u128::from(s.alloc) * u128::from(rate.bps()) / u128::from(old)) as u64).max(1);
+        }
+        self.aggs[a].rate = rate;
+        self.aggs[a].headroom = headroom;
+        Ok(())
     }
 
     /// Engines.
@@ -485,6 +510,62 @@ impl Nba {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_rate_changed_at_run_time_rescales_at_once_and_is_shared_from_then_on() {
+        let agg = Aggregate::new("a/root", Rate::mbit(100));
+        let mut nba = Nba::new(2, std::slice::from_ref(&agg), NbaConfig::default()).unwrap();
+        assert_eq!(nba.allocation(0, 0) + nba.allocation(1, 0), 100_000_000);
+        nba.set_rate(0, Rate::mbit(300)).unwrap();
+        assert_eq!(nba.total(0), Rate::mbit(300));
+        assert_eq!(
+            nba.allocation(0, 0) + nba.allocation(1, 0),
+            300_000_000,
+            "rescaled at once"
+        );
+        assert_eq!(nba.headroom(0), 3_000_000, "1% of the new rate");
+        // Engine 0 busy, engine 1 idle: the next allocation gives engine 1 the headroom.
+        nba.tick(0);
+        for (e, bytes) in [(0, 0u64), (1, 0)] {
+            nba.record(
+                e,
+                Usage {
+                    aggregate: 0,
+                    bytes,
+                    at: 0,
+                },
+            );
+        }
+        nba.record(
+            0,
+            Usage {
+                aggregate: 0,
+                bytes: 3_750_000,
+                at: 100_000_000,
+            },
+        );
+        nba.record(
+            1,
+            Usage {
+                aggregate: 0,
+                bytes: 0,
+                at: 100_000_000,
+            },
+        );
+        nba.allocate(100_000_000);
+        assert_eq!(nba.allocation(1, 0), 3_000_000);
+        assert_eq!(nba.allocation(0, 0), 297_000_000);
+        let tiny = nba.set_rate(0, Rate::new(1).unwrap());
+        assert!(
+            matches!(tiny, Err(NbaError::HeadroomExceedsRate { .. })),
+            "{tiny:?}"
+        );
+        assert_eq!(
+            nba.total(0),
+            Rate::mbit(300),
+            "a refused change changes nothing"
+        );
+    }
 
     const G: u64 = 1_000_000_000;
     const M: u64 = 1_000_000;

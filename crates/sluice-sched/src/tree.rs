@@ -806,6 +806,11 @@ impl Scheduler {
         self.nodes[n as usize].gate.map(|g| g.rate())
     }
 
+    /// The burst of a node's rate limit, bytes (0 without a limit).
+    pub fn burst(&self, n: NodeId) -> u64 {
+        self.nodes[n as usize].gate.map_or(0, |g| g.burst())
+    }
+
     /// Change a child's weight in its parent (or, on a leaf, its flows' weight) at run time.
     pub fn set_weight(&mut self, n: NodeId, weight: u32) {
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);

@@ -789,4 +789,9 @@ fn rates_and_weights_change_at_run_time() {
     let ratio = by[&0] as f64 / by[&1] as f64;
     assert!((ratio - 3.0).abs() < 0.05, "weights 3:1 -> {ratio:.3}");
     assert_eq!(s.rate(0), Some(Rate::mbit(200)));
+    assert_eq!(s.burst(0), 0);
+    s.set_rate(0 as NodeId, Some(Rate::mbit(300)), 15_000);
+    assert_eq!((s.rate(0), s.burst(0)), (Some(Rate::mbit(300)), 15_000));
+    s.set_rate(0 as NodeId, None, 15_000);
+    assert_eq!((s.rate(0), s.burst(0)), (None, 0), "no limit, no burst");
 }

@@ -51,6 +51,10 @@ pub struct RingConfig {
     pub retire_timeout_ms: u32,
     /// Put the interface in promiscuous mode while the port is open.
     pub promiscuous: bool,
+    /// Join fanout group `id` (`PACKET_FANOUT_HASH`): sockets of one group on one interface
+    /// share its frames, each flow (by its hash) going to one socket. Per-core engines open
+    /// one socket each in a group.
+    pub fanout: Option<u16>,
 }
 
 impl Default for RingConfig {
@@ -60,6 +64,7 @@ impl Default for RingConfig {
             block_count: 64,
             retire_timeout_ms: 1,
             promiscuous: true,
+            fanout: None,
         }
     }
 }
@@ -693,6 +698,12 @@ impl AfPacket {
         };
         if rc != 0 {
             return Err(fail("bind", io::Error::last_os_error()));
+        }
+        if let Some(group) = config.fanout {
+            let arg: libc::c_int =
+                libc::c_int::from(group) | (libc::PACKET_FANOUT_HASH << 16) as libc::c_int;
+            setsockopt(s, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
+                .map_err(|e| fail("PACKET_FANOUT", e))?;
         }
 
         Ok(AfPacket {

@@ -56,6 +56,22 @@ impl Tap {
     /// offloads, non-blocking. Errors say what failed and why, for example "cannot create tap
     /// `x`: permission denied (need CAP_NET_ADMIN)" or "... name already in use".
     pub fn create(ifname: &str) -> io::Result<Tap> {
+        Tap::open_queue(ifname, false)
+    }
+
+    /// Create tap `ifname` with `queues` queues (`IFF_MULTI_QUEUE`), one `Tap` per queue, for
+    /// per-core engines: the kernel sends each flow's frames to one queue (by its flow hash),
+    /// and any queue may be written. With one queue this is [`Tap::create`].
+    pub fn create_queues(ifname: &str, queues: usize) -> io::Result<Vec<Tap>> {
+        if queues <= 1 {
+            return Ok(vec![Tap::create(ifname)?]);
+        }
+        (0..queues).map(|_| Tap::open_queue(ifname, true)).collect()
+    }
+
+    /// Open `/dev/net/tun` and create `ifname`, or with `multi_queue` attach one more queue to
+    /// it (the first call creates it).
+    fn open_queue(ifname: &str, multi_queue: bool) -> io::Result<Tap> {
         netns::check_ifname(ifname).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -88,7 +104,12 @@ impl Tap {
         };
         // check_ifname bounds the name to IFNAMSIZ - 1 bytes: the last byte stays NUL.
         req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
-        req.flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
+        let multi = if multi_queue {
+            libc::IFF_MULTI_QUEUE
+        } else {
+            0
+        };
+        req.flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | multi) as libc::c_short;
         // SAFETY: TUNSETIFF reads (and writes back the chosen name into) a `struct ifreq`;
         // `req` is a live, initialised, repr(C) value of ifreq's size (40 bytes) and layout for
         // the name and flags, exclusively borrowed for the call; `fd` is open (owned by `file`).

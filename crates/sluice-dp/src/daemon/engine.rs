@@ -1,0 +1,302 @@
+//! One engine: a [`Datapath`] and the loop that drives it, on one thread.
+//!
+//! In event mode the loop sleeps in `epoll` on the ports' descriptors, a `timerfd` armed
+//! (absolute, `CLOCK_MONOTONIC`) at the datapath's next release, the engine's `eventfd` (the
+//! control plane and the supervisor write to it) and, on the main thread, the `signalfd`. An
+//! idle engine makes no system call until something arrives. While a port must not be read
+//! (its link pushes back, or no buffer is free) its descriptor leaves the epoll set, so a full
+//! engine waits for releases instead of spinning. In busy mode the loop polls without sleeping
+//! and looks at signals, requests and the stop flag every [`BUSY_CHECK_EVERY`] rounds.
+//!
+//! Requests ([`Command`]) and the supervisor's messages ([`Internal`]) are answered between two
+//! steps, so nothing else ever touches the datapath.
+
+use super::{DaemonError, now_ns, read_signal, sys};
+use crate::config::Mode;
+use crate::control::{Command, Reply, Request};
+use crate::datapath::Datapath;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+use nix::sys::signalfd::SignalFd;
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use sluice_sched::NodeId;
+use sluice_sched::units::{Rate, parse_size};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::Duration;
+
+/// Busy mode looks at signals, requests and the stop flag once per this many rounds.
+pub const BUSY_CHECK_EVERY: u32 = 1024;
+
+/// Rounds of work the event loop does before it looks at the outside world again.
+const ROUNDS_PER_WAKE: u32 = 64;
+
+/// What the supervisor of several engines asks of one.
+pub enum Internal {
+    /// Bytes sent so far by each of these `(link, node)`s, answered in the same order.
+    Usage {
+        /// The nodes.
+        nodes: Arc<Vec<(usize, NodeId)>>,
+        /// Where to answer.
+        reply: SyncSender<Vec<u64>>,
+    },
+    /// Install these rates: `(link, node, rate)`, each node keeping its burst.
+    Rates(Vec<(usize, NodeId, Rate)>),
+}
+
+/// One engine's datapath and the channels that reach it.
+pub struct Engine {
+    /// The datapath this engine owns.
+    pub datapath: Datapath,
+    commands: Receiver<Command>,
+    internal: Receiver<Internal>,
+    wake: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+    mode: Mode,
+    started_ns: u64,
+}
+
+impl Engine {
+    /// An engine over `datapath`, answering `commands` and `internal` messages; whoever sends
+    /// them writes to `wake`; it returns once `stop` is set (and `wake` written).
+    pub fn new(
+        datapath: Datapath,
+        commands: Receiver<Command>,
+        internal: Receiver<Internal>,
+        wake: Arc<EventFd>,
+        stop: Arc<AtomicBool>,
+        mode: Mode,
+        started_ns: u64,
+    ) -> Engine {
+        Engine {
+            datapath,
+            commands,
+            internal,
+            wake,
+            stop,
+            mode,
+            started_ns,
+        }
+    }
+
+    /// Run until `stop` is set or, with `signals`, a signal arrives (returned).
+    pub fn run(&mut self, signals: Option<&SignalFd>) -> Result<Option<String>, DaemonError> {
+        match self.mode {
+            Mode::Event => self.run_event(signals),
+            Mode::Busy => self.run_busy(signals),
+        }
+    }
+
+    /// Answer every waiting request and message.
+    fn serve(&mut self) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            let reply = self.answer(cmd.request);
+            let _ = cmd.reply.send(reply);
+        }
+        while let Ok(msg) = self.internal.try_recv() {
+            match msg {
+                Internal::Usage { nodes, reply } => {
+                    let bytes = nodes
+                        .iter()
+                        .map(|&(l, n)| {
+                            self.datapath.links()[l]
+                                .pipeline
+                                .scheduler()
+                                .node_stats(n)
+                                .sent_bytes
+                        })
+                        .collect();
+                    let _ = reply.send(bytes);
+                }
+                Internal::Rates(rates) => {
+                    for (l, n, rate) in rates {
+                        self.datapath.set_node_rate(l, n, rate);
+                    }
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, request: Request) -> Reply {
+        let result = match request {
+            Request::Stats {} => {
+                return Reply::Stats(Box::new(
+                    self.datapath
+                        .snapshot(now_ns().saturating_sub(self.started_ns)),
+                ));
+            }
+            Request::SetRate {
+                link,
+                node,
+                rate,
+                burst,
+            } => {
+                match (
+                    parse_rate(&rate),
+                    burst.as_deref().map_or(Ok(0), parse_burst),
+                ) {
+                    (Ok(rate), Ok(burst)) => self.datapath.set_rate(&link, &node, rate, burst),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
+            }
+            Request::SetWeight { link, node, weight } => {
+                self.datapath.set_weight(&link, &node, weight)
+            }
+        };
+        match result {
+            Ok(()) => Reply::Ok,
+            Err(e) => Reply::Error(e),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The event loop; see the module note.
+    fn run_event(&mut self, signals: Option<&SignalFd>) -> Result<Option<String>, DaemonError> {
+        const SIGNAL: u64 = u64::MAX;
+        const TIMER: u64 = u64::MAX - 1;
+        const WAKE: u64 = u64::MAX - 2;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(sys("epoll"))?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(sys("timerfd"))?;
+        if let Some(sfd) = signals {
+            epoll
+                .add(sfd, EpollEvent::new(EpollFlags::EPOLLIN, SIGNAL))
+                .map_err(sys("epoll add"))?;
+        }
+        epoll
+            .add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, TIMER))
+            .map_err(sys("epoll add"))?;
+        epoll
+            .add(
+                self.wake.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN, WAKE),
+            )
+            .map_err(sys("epoll add"))?;
+        let mut watching = vec![false; self.datapath.ports().len()];
+        let mut armed: Option<u64> = None;
+        let mut events = [EpollEvent::empty(); 16];
+        loop {
+            let mut busy = false;
+            let mut rounds = 0;
+            while self.datapath.step(now_ns()) {
+                rounds += 1;
+                if rounds == ROUNDS_PER_WAKE {
+                    busy = true;
+                    break;
+                }
+            }
+            self.serve();
+            if self.stopping() {
+                return Ok(None);
+            }
+            for (p, watched) in watching.iter_mut().enumerate() {
+                let want = self.datapath.wants_read(p);
+                if want != *watched {
+                    // SAFETY: the descriptor is owned by port `p` of the datapath, which
+                    // outlives this borrow (used for this one call only).
+                    let fd = unsafe { BorrowedFd::borrow_raw(self.datapath.ports()[p].fd()) };
+                    let r = if want {
+                        epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, p as u64))
+                    } else {
+                        epoll.delete(fd)
+                    };
+                    r.map_err(sys("epoll update"))?;
+                    *watched = want;
+                }
+            }
+            let next = self.datapath.next_wake(now_ns());
+            if next != armed {
+                match next {
+                    Some(t) => timer
+                        .set(
+                            Expiration::OneShot(TimeSpec::from_duration(Duration::from_nanos(
+                                t.max(1),
+                            ))),
+                            TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                        )
+                        .map_err(sys("timerfd set"))?,
+                    None => timer.unset().map_err(sys("timerfd unset"))?,
+                }
+                armed = next;
+            }
+            let timeout = if busy {
+                EpollTimeout::ZERO
+            } else {
+                EpollTimeout::NONE
+            };
+            let ready = match epoll.wait(&mut events, timeout) {
+                Ok(k) => k,
+                Err(nix::Error::EINTR) => 0,
+                Err(e) => {
+                    return Err(DaemonError::Sys {
+                        what: "epoll wait",
+                        source: e,
+                    });
+                }
+            };
+            for ev in &events[..ready] {
+                match ev.data() {
+                    SIGNAL => {
+                        if let Some(sig) = signals.and_then(read_signal) {
+                            return Ok(Some(sig));
+                        }
+                    }
+                    TIMER => {
+                        // Expired: the one-shot timer is disarmed; drain its count.
+                        let _ = nix::unistd::read(&timer, &mut [0u8; 8]);
+                        armed = None;
+                    }
+                    WAKE => {
+                        let _ = self.wake.read();
+                    }
+                    _ => {} // a port has frames: the next step reads every port
+                }
+            }
+        }
+    }
+
+    /// The busy-poll loop; see the module note.
+    fn run_busy(&mut self, signals: Option<&SignalFd>) -> Result<Option<String>, DaemonError> {
+        let mut rounds = 0u32;
+        loop {
+            self.datapath.step(now_ns());
+            rounds += 1;
+            if rounds == BUSY_CHECK_EVERY {
+                rounds = 0;
+                if let Some(sig) = signals.and_then(read_signal) {
+                    return Ok(Some(sig));
+                }
+                if self.wake.read().is_ok() {
+                    self.serve();
+                }
+                if self.stopping() {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// A rate from a request: "200Mbit", or "none" to remove the limit.
+pub fn parse_rate(text: &str) -> Result<Option<Rate>, String> {
+    match text.trim() {
+        "none" => Ok(None),
+        r => Rate::parse(r)
+            .map(Some)
+            .map_err(|e| format!("rate \"{r}\": {e}")),
+    }
+}
+
+/// A burst from a request: a size like "15KB".
+pub fn parse_burst(text: &str) -> Result<u64, String> {
+    parse_size(text).map_err(|e| format!("burst \"{text}\": {e}"))
+}
