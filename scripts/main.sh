@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install Sluice on this machine (Debian 12, as root) and run the main job: the quick
-# side-by-side benchmark of every priority queue against its baselines.
+# Install Sluice on this machine (Debian 12, as root) and run the main job: `sluice demo`, the
+# software NIC shaping three classes of iperf3 traffic between two network namespaces, with a
+# live view, then removing everything it created (also on Ctrl-C). Arguments go to the demo
+# (for example --duration 60s, or --plain for one frame per second without redrawing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -9,4 +11,4 @@ cd "$(dirname "$0")/.."
 
 cargo install --locked --quiet --path crates/sluice --root /usr/local --target-dir target --force
 echo "installed $(command -v sluice)"
-sluice bench queues --quick "$@"
+sluice demo "$@"
