@@ -42,8 +42,14 @@
 //! A first fragment whose TCP or UDP header does not fit is malformed (the tiny-fragment attack of
 //! RFC 1858); its UDP length may exceed the fragment (it covers the whole datagram).
 //!
+//! [`Parsed::flow_key`] hashes the 5-tuple (and VLAN ids) into the scheduler's flow key;
 //! [`wire_bytes`] is what the shaper charges for a frame: for a GSO super-frame, every segment it
 //! will become, headers included (Linux's `qdisc_pkt_len_init`).
+//!
+//! "Never panics" is held three ways: outside tests this module denies clippy's
+//! `indexing_slicing`, `unwrap_used`, `expect_used`, `panic` and `arithmetic_side_effects`
+//! lints; `tests/parse.rs` property-tests valid, mutated and arbitrary frames; and `fuzz/` runs it
+//! under libFuzzer (`fuzz/README.md`). Every successful parse satisfies [`Parsed::check`].
 
 #![cfg_attr(
     not(test),

@@ -1,8 +1,10 @@
-//! Properties of the frame parser: valid frames of every shape read back their fields,
-//! arbitrary bytes and structure-aware mutations of valid frames never panic and every
-//! successful parse passes `Parsed::check`, and `wire_bytes` stays within its bounds. The same
-//! properties are fuzzed with libFuzzer by `fuzz/` (see fuzz/README.md); this file also writes
-//! that fuzzer's seed corpus (`write_fuzz_seed_corpus`, ignored).
+//! Properties of the frame parser: valid frames of every shape read back their fields;
+//! truncated ones and ones whose length fields (IPv4 total length, IPv6 payload length, TCP data
+//! offset, UDP length) disagree with the bytes there fail with the right reason; arbitrary bytes
+//! and structure-aware mutations of valid frames never panic and every successful parse passes
+//! `Parsed::check`; and `wire_bytes` stays within its bounds. libFuzzer checks the same
+//! invariants in `fuzz/` (see fuzz/README.md), whose seed corpus this file writes
+//! (`write_fuzz_seed_corpus`, ignored).
 
 mod parse_frames;
 
@@ -257,6 +259,73 @@ proptest! {
         let got = parse(&bytes[..k]);
         prop_assert!(got.is_err(), "cut at {} of {}: {:?}", k, end, got);
         assert_sane(&bytes[..k], &VnetHdr::default())?;
+    }
+
+    #[test]
+    fn tcp_and_udp_length_fields_are_checked_against_the_packet(
+        v6 in any::<bool>(),
+        l4 in l4().prop_filter("TCP or UDP", |l4| !matches!(l4, L4::Other { .. })),
+        value in any::<u16>(),
+        padding in 0usize..8,
+    ) {
+        let l3 = if v6 {
+            L3::Ipv6 { src: [1; 16], dst: [2; 16], tclass: 0, exts: vec![], l4: l4.clone() }
+        } else {
+            L3::Ipv4 { src: [1; 4], dst: [2; 4], tos: 0, opt_words: 1, offset: 0, more: false, l4: l4.clone() }
+        };
+        let f = Frame { tags: vec![], l3, padding };
+        let mut bytes = f.bytes();
+        let mut want = f.expected();
+        let at = usize::from(want.l2_len + want.l3_len);
+        // The bytes of the IP payload, from the L4 header to the end of the IP packet.
+        let seg = l4.bytes().len();
+        let want = match l4 {
+            L4::Tcp { .. } => {
+                let words = value as u8 >> 4;
+                bytes[at + 12] = words << 4;
+                let len = 4 * usize::from(words);
+                if len < 20 {
+                    Err(Malformed::TcpDataOffset)
+                } else if len > seg {
+                    Err(Malformed::TruncatedTcp)
+                } else {
+                    want.l4_len = len as u16;
+                    Ok(want)
+                }
+            }
+            _ => {
+                bytes[at + 4..at + 6].copy_from_slice(&value.to_be_bytes());
+                if value < 8 || usize::from(value) > seg {
+                    Err(Malformed::UdpLength)
+                } else {
+                    Ok(want)
+                }
+            }
+        };
+        prop_assert_eq!(parse(&bytes), want);
+    }
+
+    #[test]
+    fn ip_length_fields_are_checked_against_the_frame(
+        f in frame().prop_filter("IP", |f| !matches!(f.l3, L3::Other { .. })),
+        value in any::<u16>(),
+    ) {
+        let mut bytes = f.bytes();
+        let l2 = usize::from(f.expected().l2_len);
+        let avail = bytes.len() - l2;
+        let (field, min, err) = match f.l3 {
+            L3::Ipv4 { opt_words, .. } => (l2 + 2, 20 + 4 * usize::from(opt_words), Malformed::Ipv4TotalLength),
+            _ => (l2 + 4, 0, Malformed::Ipv6PayloadLength),
+        };
+        let avail = if min == 0 { avail - 40 } else { avail };
+        bytes[field..field + 2].copy_from_slice(&value.to_be_bytes());
+        let got = parse(&bytes);
+        if usize::from(value) < min || usize::from(value) > avail {
+            prop_assert_eq!(got, Err(err));
+        } else if let Ok(p) = got {
+            // A shorter packet parses to the same fields or fails on a header it cuts.
+            prop_assert_eq!(p, f.expected());
+        }
     }
 
     #[test]
