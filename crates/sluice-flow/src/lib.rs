@@ -10,6 +10,7 @@
 //! - [`admission`]: zD's backpressure (zD §4): sources are Active or Paused; a fixed-capacity
 //!   scheduled buffer; `probe`, pause into a paused-sources queue ordered like the scheduler,
 //!   resume the best-ranked source into every freed slot.
+//! - [`doorbell`]: Backdraft's doorbell queues: the engine polls a few rings, never idle queues.
 //! - [`dpfq`]: Backdraft's dynamic per-flow queues: a queue per active flow from a shared pool
 //!   of fixed rings (a lock-free stack), linked for bursts, returned when idle, bounded
 //!   globally.
@@ -26,6 +27,7 @@
 
 pub mod admission;
 pub mod completion;
+pub mod doorbell;
 pub mod dpfq;
 pub mod engine;
 pub mod nba;

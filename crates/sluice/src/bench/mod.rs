@@ -1,6 +1,7 @@
 //! `sluice bench ...`: reports that run Sluice and its baselines in one process and print
 //! ratios (absolute times on shared machines are noise; ratios from one run are not).
 
+pub mod flow;
 pub mod queues;
 pub mod sched;
 
@@ -13,6 +14,8 @@ pub enum BenchCommand {
     Queues(queues::QueuesArgs),
     /// Whole schedulers vs baselines: hClock, pFabric, FQ/pacing, Eiffel Fig. 4.7.
     Sched(sched::SchedArgs),
+    /// Lossless flow control: doorbells vs polling every queue, admission cost, per-flow memory.
+    Flow(flow::FlowArgs),
 }
 
 /// Run one suite.
@@ -20,5 +23,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Queues(args) => queues::run(&args),
         BenchCommand::Sched(args) => sched::run(&args),
+        BenchCommand::Flow(args) => flow::run(&args),
     }
 }
