@@ -356,8 +356,14 @@ impl Datapath {
     /// Hand a frame to link `l`'s pipeline. False when the link pushes back (the frame is
     /// kept for the next step and reading port `p` stops).
     fn ingress(&mut self, p: usize, l: usize, buf: u32, pkt: Packet, now: u64) -> bool {
+        let (flow, len) = (pkt.flow, u64::from(pkt.len));
         match self.links[l].pipeline.ingress(now, pkt) {
-            Ok(()) => true,
+            Ok(()) => {
+                if let Some(codel) = self.links[l].codel.as_mut() {
+                    codel.on_arrive(flow, len);
+                }
+                true
+            }
             Err(IngressError::Backpressure(_)) => {
                 self.held[p] = Some((buf, pkt));
                 false
@@ -385,7 +391,7 @@ impl Datapath {
             link.flows
                 .add(pkt.flow, u64::from(pkt.len), || label(&headers));
             let to = link.to;
-            self.mark_if_late(l, buf, pkt.flow, now);
+            self.mark_if_late(l, buf, pkt.flow, u64::from(pkt.len), now);
             if self.delay[to].is_active() {
                 self.delay[to].push(now, buf);
             } else {
@@ -393,6 +399,9 @@ impl Datapath {
             }
         }
         while let Some((pkt, _why)) = self.links[l].pipeline.take_rejected() {
+            if let Some(codel) = self.links[l].codel.as_mut() {
+                codel.forget(pkt.flow, u64::from(pkt.len));
+            }
             self.counters.drop(DropReason::Rejected);
             self.buffers.give(pkt.token as u32);
         }
@@ -401,12 +410,13 @@ impl Datapath {
 
     /// Mark the frame in `buf` (of `flow`, leaving link `l`) Congestion Experienced if CoDel
     /// says its flow's queue has stood too long.
-    fn mark_if_late(&mut self, l: usize, buf: u32, flow: u64, now: u64) {
+    fn mark_if_late(&mut self, l: usize, buf: u32, flow: u64, len: u64, now: u64) {
         let Some(codel) = self.links[l].codel.as_mut() else {
             return;
         };
         let meta = self.buffers.meta(buf);
-        if meta.l3 == 0 || !codel.on_leave(flow, now, now.saturating_sub(meta.arrived)) {
+        let late = codel.on_leave(flow, now, now.saturating_sub(meta.arrived), len);
+        if meta.l3 == 0 || !late {
             return;
         }
         let frame = self.buffers.frame_mut(buf);
