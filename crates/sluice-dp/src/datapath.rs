@@ -122,6 +122,12 @@ pub struct Datapath {
     tx_backlog: Vec<VecDeque<u32>>,
     /// Per reading port: a frame refused with backpressure, retried before reading more.
     held: Vec<Option<(u32, Packet)>>,
+    /// Ports that may have frames to read: cleared when a read finds none, set again by
+    /// [`Datapath::readable`] (the event loop's epoll said so). Saves a system call per port
+    /// and step that would only say "nothing here". All true, always, unless
+    /// [`Datapath::track_readiness`] was called.
+    readable: Vec<bool>,
+    tracking_readiness: bool,
     at_bound: AtBound,
     malformed: Malformed,
     counters: Counters,
@@ -184,6 +190,8 @@ impl Datapath {
                 .collect(),
             tx_backlog: vec![VecDeque::new(); n],
             held: vec![None; n],
+            readable: vec![true; n],
+            tracking_readiness: false,
             ports,
             names,
             links: built,
@@ -209,6 +217,19 @@ impl Datapath {
     /// The datapath's own counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// From now on, read a port that a read found empty only after [`Datapath::readable`] says
+    /// it has frames again. For an event loop that watches the ports' descriptors.
+    pub fn track_readiness(&mut self) {
+        self.tracking_readiness = true;
+    }
+
+    /// Port `p` has frames to read (its descriptor polled readable).
+    pub fn readable(&mut self, p: usize) {
+        if let Some(r) = self.readable.get_mut(p) {
+            *r = true;
+        }
     }
 
     /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
@@ -253,6 +274,9 @@ impl Datapath {
             }
             moved = true;
         }
+        if !self.readable[p] {
+            return moved;
+        }
         for _ in 0..BATCH {
             let Some(buf) = self.buffers.take() else {
                 match self.at_bound {
@@ -285,10 +309,12 @@ impl Datapath {
                 }
                 Ok(None) => {
                     self.buffers.give(buf);
+                    self.readable[p] = !self.tracking_readiness;
                     break;
                 }
                 Err(e) => {
                     self.buffers.give(buf);
+                    self.readable[p] = !self.tracking_readiness;
                     if e.kind() != io::ErrorKind::Interrupted {
                         tracing::warn!(port = %self.names[p], error = %e, "read failed");
                     }

@@ -181,6 +181,7 @@ impl Engine {
                 EpollEvent::new(EpollFlags::EPOLLIN, WAKE),
             )
             .map_err(sys("epoll add"))?;
+        self.datapath.track_readiness();
         let mut watching = vec![false; self.datapath.ports().len()];
         let mut armed: Option<u64> = None;
         let mut events = [EpollEvent::empty(); 16];
@@ -258,7 +259,7 @@ impl Engine {
                     WAKE => {
                         let _ = self.wake.read();
                     }
-                    _ => {} // a port has frames: the next step reads every port
+                    p => self.datapath.readable(p as usize), // a port has frames
                 }
             }
         }
