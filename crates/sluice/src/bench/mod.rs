@@ -1,6 +1,7 @@
 //! `sluice bench ...`: reports that run Sluice and its baselines in one process and print
 //! ratios (absolute times on shared machines are noise; ratios from one run are not).
 
+pub mod dp;
 pub mod flow;
 pub mod queues;
 pub mod sched;
@@ -16,6 +17,8 @@ pub enum BenchCommand {
     Sched(sched::SchedArgs),
     /// Lossless flow control: doorbells vs polling every queue, admission cost, per-flow memory.
     Flow(flow::FlowArgs),
+    /// Live TCP between namespaces shaped by the Sluice daemon, kernel HTB and TBF, side by side.
+    Dp(dp::DpArgs),
 }
 
 /// Run one suite.
@@ -24,5 +27,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Queues(args) => queues::run(&args),
         BenchCommand::Sched(args) => sched::run(&args),
         BenchCommand::Flow(args) => flow::run(&args),
+        BenchCommand::Dp(args) => dp::run(&args),
     }
 }
