@@ -15,9 +15,9 @@
 mod daemon_lab;
 
 use daemon_lab::{
-    ADDR_A, ADDR_B, Lab, assert_ping, class, class_rate_bps, free_port, host_interfaces, http_get,
-    iperf_mss, iperf_received, ns_addresses, ns_has_interface, process_ticks, tcp_wire_bytes,
-    thread_ticks, wait_for,
+    ADDR_A, ADDR_B, Lab, assert_nothing_left, assert_ping, class, class_rate_bps, free_port,
+    http_get, iperf_mss, iperf_received, ns_addresses, ns_has_interface, process_ticks,
+    tcp_wire_bytes, thread_ticks, wait_for,
 };
 use sluice_dp::control::{Reply, Request};
 use sluice_dp::netns::{in_netns, netns_exists};
@@ -581,13 +581,7 @@ fn sigterm_exits_cleanly_and_removes_what_the_daemon_created() {
     println!("stopped in {:?} with {status}", t.elapsed());
     assert!(status.success(), "exit status {status}:\n{}", d.log());
     assert!(d.log().contains("stopped cleanly"), "{}", d.log());
-    assert!(!netns_exists(&a) && !netns_exists(&b), "namespaces removed");
-    assert_eq!(
-        host_interfaces(&format!("sl{pid}-")),
-        Vec::<String>::new(),
-        "taps removed"
-    );
-    assert!(!ctl.exists(), "control socket removed");
+    assert_nothing_left("after SIGTERM", pid, &[&a, &b], &ctl);
 }
 
 /// Two daemons with default interface names and their own namespaces run at once and both
@@ -633,9 +627,7 @@ fn two_daemons_never_collide_on_names() {
         log.contains("busy namespace") && log.contains(&b1),
         "the message names the busy namespace:\n{log}"
     );
-    assert!(!netns_exists(&a3), "the third daemon created nothing");
-    assert_eq!(host_interfaces(&format!("sl{pid3}-")), Vec::<String>::new());
-    assert!(!c3.exists());
+    assert_nothing_left("the third daemon", pid3, &[&a3], &c3);
 
     assert_eq!(
         ns_addresses(&b1),
@@ -717,20 +709,11 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
             !log.contains("panicked"),
             "{name}: an error, not a panic:\n{log}"
         );
-        assert!(
-            !netns_exists(&a) && !netns_exists(&b),
-            "{name}: no namespace"
-        );
+        assert_nothing_left(name, pid, &[&a, &b], &ctl);
         assert!(
             netns_exists(&busy),
             "{name}: the busy namespace is left alone"
         );
-        assert_eq!(
-            host_interfaces(&format!("sl{pid}-")),
-            Vec::<String>::new(),
-            "{name}: no tap"
-        );
-        assert!(!ctl.exists(), "{name}: no control socket");
     }
 }
 
@@ -766,16 +749,7 @@ fn a_port_without_permission_is_refused_and_leaves_nothing_behind() {
             "{name}: the message names the port and the capability:\n{log}"
         );
         assert!(!log.contains("panicked"), "{name}: {log}");
-        assert!(
-            !netns_exists(&a) && !netns_exists(&b),
-            "{name}: no namespace"
-        );
-        assert_eq!(
-            host_interfaces(&format!("sl{pid}-")),
-            Vec::<String>::new(),
-            "{name}: no tap"
-        );
-        assert!(!ctl.exists(), "{name}: no control socket");
+        assert_nothing_left(name, pid, &[&a, &b], &ctl);
     }
 }
 

@@ -681,3 +681,20 @@ pub fn thread_ticks(pid: u32, prefix: &str) -> HashMap<String, u64> {
     }
     ticks
 }
+
+/// Nothing of daemon `pid` is left (`what` names the case in failures): none of `namespaces`,
+/// no tap with its default name prefix `sl<pid>-`, no `control` socket.
+pub fn assert_nothing_left(what: &str, pid: u32, namespaces: &[&str], control: &Path) {
+    for ns in namespaces {
+        assert!(
+            !sluice_dp::netns::netns_exists(ns),
+            "{what}: namespace {ns} left behind"
+        );
+    }
+    assert_eq!(
+        host_interfaces(&format!("sl{pid}-")),
+        Vec::<String>::new(),
+        "{what}: taps left behind"
+    );
+    assert!(!control.exists(), "{what}: control socket left behind");
+}
