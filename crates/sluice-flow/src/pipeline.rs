@@ -27,7 +27,7 @@
 
 use crate::admission::{Admission, AdmissionConfig, AdmissionError, PausedOrder, Probe, Verdict};
 use crate::completion::{Completions, Outcome, Ticket};
-use crate::dpfq::{AtBound, BoundAction, Dpfq, DpfqError, RingPool};
+use crate::dpfq::{AtBound, BoundAction, Dpfq, DpfqError, INLINE, RingPool};
 use sluice_sched::{Packet, RejectReason, Scheduler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -179,8 +179,10 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline over `sched` with its own pool of rings.
     pub fn new(sched: Scheduler, cfg: PipelineConfig) -> Result<Self, PipelineError> {
-        let rings =
-            cfg.max_packets.div_ceil(cfg.ring_slots.max(1)) + cfg.sources.min(cfg.max_packets);
+        // Enough rings that the packet bound, not the rings, is what fills: a flow needs a ring
+        // only beyond its INLINE packets, and all its rings but the last are full.
+        let rings = cfg.max_packets.div_ceil(cfg.ring_slots.max(1))
+            + cfg.sources.min(cfg.max_packets / (INLINE + 1));
         let pool = RingPool::new(rings, cfg.ring_slots, cfg.max_packets)?;
         Self::with_pool(sched, cfg, pool)
     }
@@ -323,7 +325,7 @@ impl Pipeline {
         });
         self.sources[src as usize].held += 1;
         self.stats.accepted += 1;
-        self.stats.source_high = self.stats.source_high.max(self.queues.pool().packets());
+        self.stats.source_high = self.stats.source_high.max(self.queues.packets());
         self.wake(src);
         self.pump(now);
         Ok(())

@@ -473,7 +473,7 @@ impl Runner for AdmissionRunner {
             && self.comp.len() == self.fifo.len()
             && self.adm.occupancy() == self.fifo.len()
             && self.adm.paused() == paused
-            && self.queues.pool().packets() == paused;
+            && self.queues.packets() == paused;
         if !ok {
             bail!(
                 "admission loop at {} flows left its steady state: {} errors, {} in the FIFO, \
@@ -483,7 +483,7 @@ impl Runner for AdmissionRunner {
                 self.fifo.len(),
                 self.comp.len(),
                 self.adm.paused(),
-                self.queues.pool().packets()
+                self.queues.packets()
             );
         }
         Ok(())
