@@ -350,6 +350,15 @@ impl Dpfq {
         self.len(flow) == 0
     }
 
+    /// Bring `flow`'s queue record into the cache ahead of use (a plain load whose value is
+    /// ignored). Out-of-range ids are ignored.
+    #[inline]
+    pub fn prefetch(&self, flow: u32) {
+        if let Some(q) = self.flows.get(flow as usize) {
+            std::hint::black_box(q.len);
+        }
+    }
+
     /// Reserve a batch of the pool's packet budget (less near the bound); false at the bound.
     #[cold]
     fn refill(&mut self) -> bool {
