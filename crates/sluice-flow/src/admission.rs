@@ -173,7 +173,7 @@ enum PausedQueue {
         nonempty: [u64; LEVELS / 64],
         len: usize,
     },
-    Ranked(AnyQueue<u32>),
+    Ranked(Box<AnyQueue<u32>>),
 }
 
 impl PausedQueue {
@@ -298,15 +298,17 @@ impl Admission {
             },
             PausedOrder::Time { horizon_ns } => {
                 let g = (horizon_ns / 4096).max(1).next_power_of_two();
-                PausedQueue::Ranked(QueueSpec::new(QueueKind::Cffs, 4096, g, cfg.sources).build()?)
+                PausedQueue::Ranked(Box::new(
+                    QueueSpec::new(QueueKind::Cffs, 4096, g, cfg.sources).build()?,
+                ))
             }
-            PausedOrder::Rank(spec) => PausedQueue::Ranked(
+            PausedOrder::Rank(spec) => PausedQueue::Ranked(Box::new(
                 QueueSpec {
                     capacity: cfg.sources,
                     ..spec
                 }
                 .build()?,
-            ),
+            )),
         };
         Ok(Admission {
             sources: vec![Source::default(); cfg.sources],

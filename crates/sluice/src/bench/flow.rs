@@ -632,10 +632,13 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     let active_total = sum(&[pipeline, desc_only]);
     Ok(vec![
         MemRow {
-            what: "dpfq FlowQueue (length and 2 packets inline)",
+            what: "dpfq FlowQueue + length",
             idle: dpfq,
             active: dpfq,
-            how: format!("size_of {}", std::mem::size_of::<FlowQueue>()),
+            how: format!(
+                "size_of {}, length and {INLINE} packets inline",
+                std::mem::size_of::<FlowQueue>()
+            ),
         },
         MemRow {
             what: "dpfq ring (only beyond 2 queued packets)",
