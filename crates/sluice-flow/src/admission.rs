@@ -25,7 +25,8 @@
 //! packet or a slot is reserved for a resumed source: someone will depart or send, and the
 //! paused queue keeps moving (property-tested in `tests/admission.rs`).
 
-use sluice_queue::{AnyQueue, Handle, QueueKind, QueueSpec, Rank, RankQueue};
+use sluice_queue::{AnyQueue, QueueKind, QueueSpec, Rank, RankQueue};
+use std::collections::VecDeque;
 
 /// How `probe` decides whether a source may place a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +91,9 @@ pub enum AdmissionError {
     /// A zero capacity, source count, per-source limit or resume credit.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// Source ids must be below `u32::MAX`.
+    #[error("sources must be below 2^32 - 1")]
+    TooManySources,
     /// The paused queue cannot be built.
     #[error("paused-sources queue: {0}")]
     Queue(#[from] sluice_queue::ConfigError),
@@ -123,22 +127,144 @@ pub struct AdmissionStats {
     pub bad_source: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+const NIL: u32 = u32::MAX;
+
+/// A source's state: 16 bytes, four per cache line.
+#[derive(Clone, Copy, Debug)]
 struct Source {
-    paused: Option<Handle>,
+    /// The next source paused at the same priority level (an intrusive FIFO), or `NIL`.
+    next: u32,
     /// Packets in the buffer.
     queued: u32,
     /// Packets it may still place since its resume before it can be paused for others.
     credit: u32,
+    paused: bool,
     /// A slot is reserved for it.
     granted: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<Source>() == 16);
+
+impl Default for Source {
+    fn default() -> Self {
+        Source {
+            next: NIL,
+            queued: 0,
+            credit: 0,
+            paused: false,
+            granted: false,
+        }
+    }
+}
+
+/// Levels of [`PausedOrder::Priority`].
+const LEVELS: usize = 256;
+
+/// The paused-sources queue. FIFO and strict priority, the common orders, need no general
+/// priority queue: a ring of ids (FIFO: 4 bytes per source, and the next sources to resume can
+/// be read ahead, see [`Admission::upcoming`]) or one intrusive FIFO per level linked through
+/// [`Source::next`] (no memory per source beyond the link). Other orders use a sluice-queue.
+enum PausedQueue {
+    Fifo(VecDeque<u32>),
+    Levels {
+        head: Box<[u32; LEVELS]>,
+        tail: Box<[u32; LEVELS]>,
+        /// Bit `l` set when level `l` holds a source.
+        nonempty: [u64; LEVELS / 64],
+        len: usize,
+    },
+    Ranked(Box<AnyQueue<u32>>),
+}
+
+impl PausedQueue {
+    fn len(&self) -> usize {
+        match self {
+            PausedQueue::Fifo(q) => q.len(),
+            PausedQueue::Levels { len, .. } => *len,
+            PausedQueue::Ranked(q) => q.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// File `src` (not paused now) at `rank`. False if the queue refused it.
+    fn push(&mut self, sources: &mut [Source], src: u32, rank: Rank) -> bool {
+        match self {
+            PausedQueue::Fifo(q) => q.push_back(src),
+            PausedQueue::Levels {
+                head,
+                tail,
+                nonempty,
+                len,
+            } => {
+                // Ranks beyond the lowest level wait at the lowest level.
+                let l = rank.min(LEVELS as u64 - 1) as usize;
+                sources[src as usize].next = NIL;
+                if tail[l] == NIL {
+                    head[l] = src;
+                    nonempty[l / 64] |= 1 << (l % 64);
+                } else {
+                    sources[tail[l] as usize].next = src;
+                }
+                tail[l] = src;
+                *len += 1;
+            }
+            PausedQueue::Ranked(q) => return q.push(rank, src).is_ok(),
+        }
+        true
+    }
+
+    /// The best-ranked paused source, removed.
+    fn pop(&mut self, sources: &mut [Source]) -> Option<u32> {
+        match self {
+            PausedQueue::Fifo(q) => q.pop_front(),
+            PausedQueue::Levels {
+                head,
+                tail,
+                nonempty,
+                len,
+            } => {
+                let w = nonempty.iter().position(|&w| w != 0)?;
+                let l = w * 64 + nonempty[w].trailing_zeros() as usize;
+                let src = head[l];
+                let next = std::mem::replace(&mut sources[src as usize].next, NIL);
+                head[l] = next;
+                if next == NIL {
+                    tail[l] = NIL;
+                    nonempty[w] &= !(1 << (l % 64));
+                }
+                *len -= 1;
+                Some(src)
+            }
+            PausedQueue::Ranked(q) => q.pop_min().map(|e| e.item),
+        }
+    }
+
+    /// The `k`-th source to be resumed (0: the next), where the queue can tell cheaply.
+    fn upcoming(&self, sources: &[Source], k: usize) -> Option<u32> {
+        match self {
+            PausedQueue::Fifo(q) => q.get(k).copied(),
+            PausedQueue::Levels { head, nonempty, .. } => {
+                let w = nonempty.iter().position(|&w| w != 0)?;
+                let first = head[w * 64 + nonempty[w].trailing_zeros() as usize];
+                match k {
+                    0 => Some(first),
+                    1 => Some(sources[first as usize].next).filter(|&n| n != NIL),
+                    _ => None,
+                }
+            }
+            PausedQueue::Ranked(_) => None,
+        }
+    }
 }
 
 /// The regulator; see the module note.
 pub struct Admission {
     cfg: AdmissionConfig,
     sources: Vec<Source>,
-    paused: AnyQueue<u32>,
+    paused: PausedQueue,
     occupancy: usize,
     grants: usize,
     /// Sources with packets in the buffer or paused (they all want a share).
@@ -159,27 +285,58 @@ impl Admission {
                 return Err(AdmissionError::Zero(name));
             }
         }
-        let spec = match cfg.order {
-            PausedOrder::Fifo => QueueSpec::new(QueueKind::Ffs, 1, 1, cfg.sources),
-            PausedOrder::Priority => QueueSpec::new(QueueKind::Ffs, 256, 1, cfg.sources),
+        if cfg.sources >= NIL as usize {
+            return Err(AdmissionError::TooManySources);
+        }
+        let paused = match cfg.order {
+            PausedOrder::Fifo => PausedQueue::Fifo(VecDeque::with_capacity(cfg.sources)),
+            PausedOrder::Priority => PausedQueue::Levels {
+                head: Box::new([NIL; LEVELS]),
+                tail: Box::new([NIL; LEVELS]),
+                nonempty: [0; LEVELS / 64],
+                len: 0,
+            },
             PausedOrder::Time { horizon_ns } => {
                 let g = (horizon_ns / 4096).max(1).next_power_of_two();
-                QueueSpec::new(QueueKind::Cffs, 4096, g, cfg.sources)
+                PausedQueue::Ranked(Box::new(
+                    QueueSpec::new(QueueKind::Cffs, 4096, g, cfg.sources).build()?,
+                ))
             }
-            PausedOrder::Rank(spec) => QueueSpec {
-                capacity: cfg.sources,
-                ..spec
-            },
+            PausedOrder::Rank(spec) => PausedQueue::Ranked(Box::new(
+                QueueSpec {
+                    capacity: cfg.sources,
+                    ..spec
+                }
+                .build()?,
+            )),
         };
         Ok(Admission {
             sources: vec![Source::default(); cfg.sources],
-            paused: spec.build()?,
+            paused,
             occupancy: 0,
             grants: 0,
             wanting: 0,
             cfg,
             stats: AdmissionStats::default(),
         })
+    }
+
+    /// The `k`-th paused source in resume order (0: the one the next freed slot resumes), if
+    /// the order tells it cheaply: FIFO for any `k`, priority for `k` 0 and 1, other orders
+    /// never. A hint only (a source paused later at a better rank may come first): hosts use
+    /// it to prefetch the per-flow state they will touch when that source resumes.
+    #[inline]
+    pub fn upcoming(&self, k: usize) -> Option<u32> {
+        self.paused.upcoming(&self.sources, k)
+    }
+
+    /// Bring `src`'s state into the cache ahead of use (a plain load whose value is ignored;
+    /// it cannot fault and changes nothing). Out-of-range ids are ignored.
+    #[inline]
+    pub fn prefetch(&self, src: u32) {
+        if let Some(s) = self.sources.get(src as usize) {
+            std::hint::black_box(s.queued);
+        }
     }
 
     /// Packets in the scheduled buffer.
@@ -204,9 +361,7 @@ impl Admission {
 
     /// Whether `src` is paused.
     pub fn is_paused(&self, src: u32) -> bool {
-        self.sources
-            .get(src as usize)
-            .is_some_and(|s| s.paused.is_some())
+        self.sources.get(src as usize).is_some_and(|s| s.paused)
     }
 
     /// Packets `src` has in the buffer.
@@ -232,7 +387,7 @@ impl Admission {
     }
 
     fn wants(s: &Source) -> bool {
-        s.queued > 0 || s.paused.is_some()
+        s.queued > 0 || s.paused
     }
 
     /// Source `src` has a packet to place; `rank` is where it would wait if paused.
@@ -241,7 +396,7 @@ impl Admission {
             self.stats.bad_source += 1;
             return Verdict::Paused;
         };
-        if s.paused.is_some() {
+        if s.paused {
             return Verdict::Paused;
         }
         if s.queued >= self.cfg.per_source {
@@ -273,15 +428,15 @@ impl Admission {
 
     fn pause(&mut self, src: u32, mut s: Source, rank: Rank) -> Verdict {
         let wanted = Self::wants(&s);
-        match self.paused.push(rank, src) {
-            Ok(h) => s.paused = Some(h),
-            Err(_) => {
-                // The paused queue holds every source at most once and was sized for all; a
-                // rank out of its range is clamped. Refusing here would lose the source.
-                debug_assert!(false, "paused queue refused source {src}");
-                return Verdict::Throttled;
-            }
+        if !self.paused.push(&mut self.sources, src, rank) {
+            // The paused queue holds every source at most once and was sized for all; a
+            // rank out of its range is clamped. Refusing here would lose the source.
+            debug_assert!(false, "paused queue refused source {src}");
+            return Verdict::Throttled;
         }
+        // `push` may have written the link of `src` itself: keep it.
+        s.next = self.sources[src as usize].next;
+        s.paused = true;
         s.credit = 0;
         self.sources[src as usize] = s;
         if !wanted {
@@ -332,9 +487,9 @@ impl Admission {
         if self.occupancy + self.grants >= self.cfg.capacity {
             return None;
         }
-        let e = self.paused.pop_min()?;
-        let s = &mut self.sources[e.item as usize];
-        s.paused = None;
+        let src = self.paused.pop(&mut self.sources)?;
+        let s = &mut self.sources[src as usize];
+        s.paused = false;
         s.granted = true;
         s.credit = self.cfg.resume_credit;
         if !Self::wants(s) {
@@ -342,7 +497,7 @@ impl Admission {
         }
         self.grants += 1;
         self.stats.resumed += 1;
-        Some(e.item)
+        Some(src)
     }
 
     /// Check the counters against the sources; for tests. O(sources).
@@ -354,7 +509,7 @@ impl Admission {
             self.grants
         );
         assert_eq!(
-            self.sources.iter().filter(|s| s.paused.is_some()).count(),
+            self.sources.iter().filter(|s| s.paused).count(),
             self.paused.len()
         );
         assert_eq!(

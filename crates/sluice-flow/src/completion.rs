@@ -143,6 +143,15 @@ impl Completions {
         self.inflight.get(flow as usize).copied().unwrap_or(0)
     }
 
+    /// Bring `flow`'s in-flight counter into the cache ahead of use (a plain load whose value
+    /// is ignored). Out-of-range ids are ignored.
+    #[inline]
+    pub fn prefetch(&self, flow: u32) {
+        if let Some(n) = self.inflight.get(flow as usize) {
+            std::hint::black_box(*n);
+        }
+    }
+
     /// Whether `flow` may send another packet under the per-flow limit.
     pub fn may_send(&self, flow: u32) -> bool {
         self.inflight(flow) < self.limit

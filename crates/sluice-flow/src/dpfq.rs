@@ -8,7 +8,9 @@
 //!  flow 2 (idle): no ring at all
 //! ```
 //!
-//! - A flow with no packets owns no ring: an idle flow costs its 16-byte [`FlowQueue`] only.
+//! - A flow with no packets owns no ring: an idle flow costs its 32-byte [`FlowQueue`] only.
+//!   Its first [`INLINE`] packets stay in that record too, so a flow with one or two packets
+//!   queued (the usual case under TSQ and zD) needs no ring either.
 //! - `push` appends to the flow's tail ring; when it is full, a ring is taken from the pool and
 //!   linked behind it. `pop` takes from the head ring; a ring that empties goes straight back to
 //!   the pool (Backdraft reclaims queues "once there are no outstanding packets").
@@ -122,7 +124,8 @@ impl RingPool {
         self.free.load(Ordering::Relaxed)
     }
 
-    /// Packets held by all flows now.
+    /// Packets held by all flows now, plus the budget engines reserved for their next
+    /// packets (a batch or two each; see [`Dpfq`]). Never above [`RingPool::max_packets`].
     pub fn packets(&self) -> usize {
         self.packets.load(Ordering::Relaxed)
     }
@@ -188,25 +191,50 @@ impl RingPool {
     }
 }
 
-/// One flow's queue: 16 bytes, and no ring while it is empty.
+/// Packets a flow keeps inline in its [`FlowQueue`]: a flow holding at most this many packets
+/// (the common case: TSQ and zD keep one or two per flow) needs no ring at all.
+pub const INLINE: usize = 2;
+
+/// Most free rings one engine keeps for itself in front of the shared stack (each CAS on the
+/// stack's head costs as much as the rest of a push). Capped at an eighth of the pool so that
+/// small pools stay shared.
+const RING_CACHE: usize = 32;
+
+/// Most packets of the pool's budget one engine reserves at once (one atomic per batch instead
+/// of one per packet). Capped at a 64th of the bound so that small bounds stay exact.
+const PACKET_BATCH: usize = 32;
+
+/// One flow's queue: 32 bytes (two per cache line), and no ring while it holds at most
+/// [`INLINE`] packets.
+///
+/// The inline packets are always older than the packets in rings: a packet goes inline only
+/// while the flow holds no ring, and `pop` empties the inline slots first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowQueue {
+    /// The oldest packets, `inline[..n_inline]`, oldest first.
+    inline: [u32; INLINE],
     head: u32,
     tail: u32,
     /// Read position in the head ring, write position in the tail ring.
     head_pos: u32,
     tail_pos: u32,
+    n_inline: u32,
+    /// Packets in all (inline and in rings).
+    len: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<FlowQueue>() == 16);
+const _: () = assert!(std::mem::size_of::<FlowQueue>() == 32);
 
 impl Default for FlowQueue {
     fn default() -> Self {
         FlowQueue {
+            inline: [0; INLINE],
             head: NIL,
             tail: NIL,
             head_pos: 0,
             tail_pos: 0,
+            n_inline: 0,
+            len: 0,
         }
     }
 }
@@ -214,7 +242,7 @@ impl Default for FlowQueue {
 impl FlowQueue {
     /// True when the flow holds no packet (and no ring).
     pub fn is_empty(&self) -> bool {
-        self.head == NIL
+        self.len == 0
     }
 }
 
@@ -234,21 +262,58 @@ pub struct DpfqStats {
 }
 
 /// The per-flow queues of one engine, over a shared pool. See the module note.
+///
+/// Two engine-local shortcuts keep the shared atomics off the per-packet path: a cache of up to
+/// [`RING_CACHE`] free rings in front of the pool's stack, and a reserve of the pool's packet
+/// budget taken in batches of up to [`PACKET_BATCH`]. Both stay small against the pool (an
+/// eighth of its rings, a 64th of its bound, at most twice that between refills), and both go
+/// back to the pool when the engine's queues are dropped. [`RingPool::packets`] counts reserved
+/// budget as used, so the bound is never exceeded; another engine may see it reached up to
+/// `2 * batch` packets early.
 pub struct Dpfq {
     pool: Arc<RingPool>,
     flows: Vec<FlowQueue>,
-    /// Packets per flow (to answer `len` in O(1)).
-    lens: Vec<u32>,
+    /// Free rings this engine took from the pool (or freed) and keeps for its next pushes.
+    cache: Vec<u32>,
+    cache_cap: usize,
+    /// Packets of the pool's budget reserved by this engine and not used by a packet yet.
+    reserve: usize,
+    batch: usize,
+    /// Packets this engine's flows hold.
+    packets: usize,
     stats: DpfqStats,
+}
+
+/// A ring for a push: from the engine's cache, else from the shared stack.
+#[inline]
+fn take_ring(cache: &mut Vec<u32>, pool: &RingPool) -> Option<u32> {
+    cache.pop().or_else(|| pool.take())
+}
+
+/// A ring that emptied: into the engine's cache while it has room, else back to the stack.
+#[inline]
+fn give_ring(cache: &mut Vec<u32>, cap: usize, pool: &RingPool, ring: u32) {
+    if cache.len() < cap {
+        pool.rings[ring as usize].next.store(NIL, Ordering::Relaxed);
+        cache.push(ring);
+    } else {
+        pool.give(ring);
+    }
 }
 
 impl Dpfq {
     /// Queues for flow ids `0..flows` over `pool`.
     pub fn new(pool: Arc<RingPool>, flows: usize) -> Self {
+        let cache_cap = RING_CACHE.min(pool.rings() / 8);
+        let batch = (pool.max_packets() / 64).clamp(1, PACKET_BATCH);
         Dpfq {
             pool,
             flows: vec![FlowQueue::default(); flows],
-            lens: vec![0; flows],
+            cache: Vec::with_capacity(cache_cap),
+            cache_cap,
+            reserve: 0,
+            batch,
+            packets: 0,
             stats: DpfqStats::default(),
         }
     }
@@ -263,92 +328,162 @@ impl Dpfq {
         self.stats
     }
 
+    /// Packets all of this engine's flows hold.
+    pub fn packets(&self) -> usize {
+        self.packets
+    }
+
+    /// Free rings this engine keeps in its cache (not on the pool's stack).
+    pub fn cached_rings(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Packets `flow` holds.
+    #[inline]
     pub fn len(&self, flow: u32) -> usize {
-        self.lens.get(flow as usize).map_or(0, |&l| l as usize)
+        self.flows.get(flow as usize).map_or(0, |q| q.len as usize)
     }
 
     /// Whether `flow` holds nothing.
+    #[inline]
     pub fn is_empty(&self, flow: u32) -> bool {
         self.len(flow) == 0
     }
 
-    /// Append `item` to `flow`'s queue, or refuse at the memory bound. `flow` must be below the
-    /// number of flows given to `new` (out of range counts as at the bound).
-    pub fn push(&mut self, flow: u32, item: u32) -> Result<(), AtBound> {
-        let Some(q) = self.flows.get_mut(flow as usize) else {
-            self.stats.bound_packets += 1;
-            return Err(AtBound { what: "packets" });
-        };
+    /// Bring `flow`'s queue record into the cache ahead of use (a plain load whose value is
+    /// ignored). Out-of-range ids are ignored.
+    #[inline]
+    pub fn prefetch(&self, flow: u32) {
+        if let Some(q) = self.flows.get(flow as usize) {
+            std::hint::black_box(q.len);
+        }
+    }
+
+    /// Reserve a batch of the pool's packet budget (less near the bound); false at the bound.
+    #[cold]
+    fn refill(&mut self) -> bool {
         let pool = &*self.pool;
-        // Count the packet only if it fits: the counter never exceeds the bound, even for an
-        // instant, whatever other engines do.
-        let counted = pool
+        let batch = self.batch;
+        // The counter never exceeds the bound, even for an instant, whatever other engines do.
+        match pool
             .packets
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                (p < pool.max_packets).then_some(p + 1)
-            });
-        if counted.is_err() {
+                let k = batch.min(pool.max_packets.saturating_sub(p));
+                (k > 0).then_some(p + k)
+            }) {
+            Ok(p) => {
+                self.reserve += batch.min(pool.max_packets - p);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Append `item` to `flow`'s queue, or refuse at the memory bound. `flow` must be below the
+    /// number of flows given to `new` (out of range counts as at the bound).
+    #[inline]
+    pub fn push(&mut self, flow: u32, item: u32) -> Result<(), AtBound> {
+        let f = flow as usize;
+        if f >= self.flows.len() {
             self.stats.bound_packets += 1;
             return Err(AtBound { what: "packets" });
         }
-        if q.tail == NIL || q.tail_pos == pool.ring_slots {
-            let Some(ring) = pool.take() else {
-                pool.packets.fetch_sub(1, Ordering::Relaxed);
-                self.stats.bound_rings += 1;
-                return Err(AtBound { what: "rings" });
-            };
-            if q.tail == NIL {
-                q.head = ring;
-                q.head_pos = 0;
-            } else {
-                pool.rings[q.tail as usize]
-                    .next
-                    .store(ring, Ordering::Relaxed);
-                self.stats.extended += 1;
-            }
-            q.tail = ring;
-            q.tail_pos = 0;
+        if self.reserve == 0 && !self.refill() {
+            self.stats.bound_packets += 1;
+            return Err(AtBound { what: "packets" });
         }
-        pool.rings[q.tail as usize].slots[q.tail_pos as usize].store(item, Ordering::Relaxed);
-        q.tail_pos += 1;
-        self.lens[flow as usize] += 1;
+        let pool = &*self.pool;
+        let q = &mut self.flows[f];
+        if q.head == NIL && (q.n_inline as usize) < INLINE {
+            // No ring yet and room inline: the packet stays in the flow's own record.
+            q.inline[q.n_inline as usize] = item;
+            q.n_inline += 1;
+        } else {
+            if q.tail == NIL || q.tail_pos == pool.ring_slots {
+                let Some(ring) = take_ring(&mut self.cache, pool) else {
+                    self.stats.bound_rings += 1;
+                    return Err(AtBound { what: "rings" });
+                };
+                if q.tail == NIL {
+                    q.head = ring;
+                    q.head_pos = 0;
+                } else {
+                    pool.rings[q.tail as usize]
+                        .next
+                        .store(ring, Ordering::Relaxed);
+                    self.stats.extended += 1;
+                }
+                q.tail = ring;
+                q.tail_pos = 0;
+            }
+            pool.rings[q.tail as usize].slots[q.tail_pos as usize].store(item, Ordering::Relaxed);
+            q.tail_pos += 1;
+        }
+        q.len += 1;
+        self.reserve -= 1;
+        self.packets += 1;
         self.stats.pushed += 1;
         Ok(())
     }
 
     /// The first item of `flow`'s queue.
+    #[inline]
     pub fn peek(&self, flow: u32) -> Option<u32> {
         let q = self.flows.get(flow as usize)?;
+        if q.n_inline > 0 {
+            return Some(q.inline[0]);
+        }
         if q.head == NIL {
             return None;
         }
         Some(self.pool.rings[q.head as usize].slots[q.head_pos as usize].load(Ordering::Relaxed))
     }
 
-    /// Take the first item of `flow`'s queue; rings that empty go back to the pool.
+    /// Take the first item of `flow`'s queue; rings that empty go back to the pool (through
+    /// the engine's cache).
+    #[inline]
     pub fn pop(&mut self, flow: u32) -> Option<u32> {
         let q = self.flows.get_mut(flow as usize)?;
-        if q.head == NIL {
-            return None;
+        let item;
+        if q.n_inline > 0 {
+            item = q.inline[0];
+            q.inline.copy_within(1.., 0);
+            q.n_inline -= 1;
+        } else {
+            if q.head == NIL {
+                return None;
+            }
+            let pool = &*self.pool;
+            let ring = &pool.rings[q.head as usize];
+            item = ring.slots[q.head_pos as usize].load(Ordering::Relaxed);
+            q.head_pos += 1;
+            if q.head == q.tail && q.head_pos == q.tail_pos {
+                // The rings are empty: the flow gives its last one back.
+                give_ring(&mut self.cache, self.cache_cap, pool, q.head);
+                q.head = NIL;
+                q.tail = NIL;
+                q.head_pos = 0;
+                q.tail_pos = 0;
+            } else if q.head_pos == pool.ring_slots {
+                let next = ring.next.load(Ordering::Relaxed);
+                give_ring(&mut self.cache, self.cache_cap, pool, q.head);
+                q.head = next;
+                q.head_pos = 0;
+            }
         }
-        let pool = &*self.pool;
-        let ring = &pool.rings[q.head as usize];
-        let item = ring.slots[q.head_pos as usize].load(Ordering::Relaxed);
-        q.head_pos += 1;
-        if q.head == q.tail && q.head_pos == q.tail_pos {
-            // Empty: the flow gives its last ring back and holds nothing.
-            pool.give(q.head);
-            *q = FlowQueue::default();
-        } else if q.head_pos == pool.ring_slots {
-            let next = ring.next.load(Ordering::Relaxed);
-            pool.give(q.head);
-            q.head = next;
-            q.head_pos = 0;
-        }
-        pool.packets.fetch_sub(1, Ordering::Relaxed);
-        self.lens[flow as usize] -= 1;
+        q.len -= 1;
+        self.packets -= 1;
         self.stats.popped += 1;
+        // The packet's budget returns to the reserve; a reserve that grew past two batches goes
+        // back to the pool down to one batch less one (with a batch of 1: none is kept).
+        self.reserve += 1;
+        if self.reserve >= 2 * self.batch - 1 {
+            let keep = self.batch - 1;
+            self.pool
+                .packets
+                .fetch_sub(self.reserve - keep, Ordering::Relaxed);
+            self.reserve = keep;
+        }
         Some(item)
     }
 
@@ -371,11 +506,17 @@ impl Dpfq {
 }
 
 impl Drop for Dpfq {
-    /// Give back every ring this engine's flows still hold.
+    /// Give back every ring this engine's flows still hold or its cache keeps, and its
+    /// unused packet budget.
     fn drop(&mut self) {
         for f in 0..self.flows.len() as u32 {
             while self.pop(f).is_some() {}
         }
+        for ring in self.cache.drain(..) {
+            self.pool.give(ring);
+        }
+        self.pool.packets.fetch_sub(self.reserve, Ordering::Relaxed);
+        self.reserve = 0;
     }
 }
 
@@ -387,19 +528,79 @@ mod tests {
     fn fifo_across_linked_rings_and_rings_come_back() {
         let pool = RingPool::new(8, 4, 100).unwrap();
         let mut q = Dpfq::new(pool.clone(), 3);
-        for i in 0..10 {
+        for i in 0..14 {
             q.push(1, i).unwrap();
         }
+        // Two inline, twelve in three rings.
         assert_eq!(q.rings_of(1), 3);
         assert_eq!(pool.free_rings(), 5);
         assert_eq!(q.stats().extended, 2);
-        for i in 0..10 {
+        for i in 0..14 {
             assert_eq!(q.peek(1), Some(i));
             assert_eq!(q.pop(1), Some(i));
         }
         assert_eq!(q.pop(1), None);
-        assert_eq!(pool.free_rings(), 8, "an idle flow holds no ring");
+        assert_eq!(q.rings_of(1), 0, "an idle flow holds no ring");
+        assert_eq!(pool.free_rings() + q.cached_rings(), 8);
+        assert_eq!(q.packets(), 0);
+        drop(q);
+        assert_eq!(pool.free_rings(), 8, "the cache goes back with the queues");
         assert_eq!(pool.packets(), 0);
+    }
+
+    #[test]
+    fn one_or_two_packets_need_no_ring_and_order_holds_across_inline_and_rings() {
+        let pool = RingPool::new(4, 2, 100).unwrap();
+        let mut q = Dpfq::new(pool.clone(), 2);
+        q.push(0, 1).unwrap();
+        q.push(0, 2).unwrap();
+        assert_eq!(q.rings_of(0), 0);
+        assert_eq!(pool.free_rings(), 4);
+        // The third goes to a ring; after one pop the inline slot is free, but the next packet
+        // must go behind the ring's, not inline ahead of them.
+        q.push(0, 3).unwrap();
+        assert_eq!(q.rings_of(0), 1);
+        assert_eq!(q.pop(0), Some(1));
+        q.push(0, 4).unwrap();
+        q.push(0, 5).unwrap();
+        let mut got = Vec::new();
+        while let Some(x) = q.pop(0) {
+            got.push(x);
+        }
+        assert_eq!(got, vec![2, 3, 4, 5]);
+        assert_eq!(q.len(0), 0);
+        // Empty again: inline again.
+        q.push(0, 6).unwrap();
+        assert_eq!(q.rings_of(0), 0);
+        assert_eq!(q.pop(0), Some(6));
+    }
+
+    #[test]
+    fn reserved_budget_never_exceeds_the_bound_and_comes_back() {
+        // A bound of 6400: batches of 32.
+        let pool = RingPool::new(1000, 8, 6400).unwrap();
+        let mut a = Dpfq::new(pool.clone(), 10);
+        let mut b = Dpfq::new(pool.clone(), 10);
+        let mut n = 0;
+        while a.push(n % 10, n).is_ok() {
+            n += 1;
+        }
+        assert_eq!(a.stats().bound_packets, 1);
+        assert!(pool.packets() <= 6400);
+        assert_eq!(a.packets() as u32, n);
+        assert!(b.push(0, 0).is_err(), "a holds the whole bound");
+        for f in 0..10 {
+            while a.pop(f).is_some() {}
+        }
+        // a keeps at most a batch of budget: b can use the rest.
+        assert!(pool.packets() < 64);
+        for i in 0..6000 {
+            b.push(i % 10, i).unwrap();
+        }
+        drop(a);
+        drop(b);
+        assert_eq!(pool.packets(), 0);
+        assert_eq!(pool.free_rings(), 1000);
     }
 
     #[test]
@@ -420,9 +621,14 @@ mod tests {
         let pool = RingPool::new(2, 2, 100).unwrap();
         let mut c = Dpfq::new(pool, 4);
         for f in 0..2 {
-            c.push(f, 0).unwrap();
+            // Two inline, the third takes a ring.
+            for i in 0..3 {
+                c.push(f, i).unwrap();
+            }
         }
-        assert_eq!(c.push(2, 0), Err(AtBound { what: "rings" }));
+        c.push(2, 0).unwrap();
+        c.push(2, 1).unwrap();
+        assert_eq!(c.push(2, 2), Err(AtBound { what: "rings" }));
         assert_eq!(c.stats().bound_rings, 1);
     }
 

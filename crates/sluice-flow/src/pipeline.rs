@@ -27,10 +27,15 @@
 
 use crate::admission::{Admission, AdmissionConfig, AdmissionError, PausedOrder, Probe, Verdict};
 use crate::completion::{Completions, Outcome, Ticket};
-use crate::dpfq::{AtBound, BoundAction, Dpfq, DpfqError, RingPool};
+use crate::dpfq::{AtBound, BoundAction, Dpfq, DpfqError, INLINE, RingPool};
 use sluice_sched::{Packet, RejectReason, Scheduler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+
+/// How many resumes ahead egress prefetches the per-source state of a paused source (see
+/// [`Admission::upcoming`]): far enough that a cache miss (~100 ns) overlaps the work of the
+/// packets in between.
+pub const PREFETCH_AHEAD: usize = 8;
 
 /// How paused sources are ordered (the scheduler's order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -179,8 +184,10 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline over `sched` with its own pool of rings.
     pub fn new(sched: Scheduler, cfg: PipelineConfig) -> Result<Self, PipelineError> {
-        let rings =
-            cfg.max_packets.div_ceil(cfg.ring_slots.max(1)) + cfg.sources.min(cfg.max_packets);
+        // Enough rings that the packet bound, not the rings, is what fills: a flow needs a ring
+        // only beyond its INLINE packets, and all its rings but the last are full.
+        let rings = cfg.max_packets.div_ceil(cfg.ring_slots.max(1))
+            + cfg.sources.min(cfg.max_packets / (INLINE + 1));
         let pool = RingPool::new(rings, cfg.ring_slots, cfg.max_packets)?;
         Self::with_pool(sched, cfg, pool)
     }
@@ -323,7 +330,7 @@ impl Pipeline {
         });
         self.sources[src as usize].held += 1;
         self.stats.accepted += 1;
-        self.stats.source_high = self.stats.source_high.max(self.queues.pool().packets());
+        self.stats.source_high = self.stats.source_high.max(self.queues.packets());
         self.wake(src);
         self.pump(now);
         Ok(())
@@ -442,6 +449,16 @@ impl Pipeline {
     pub fn egress(&mut self, now: u64) -> Option<Packet> {
         self.pump(now);
         let d = self.sched.dequeue(now)?;
+        // Each departure resumes a paused source: start loading the state of the one resumed a
+        // few departures from now, so its cache misses overlap the work in between.
+        if let Some(f) = self.adm.upcoming(PREFETCH_AHEAD) {
+            self.adm.prefetch(f);
+            self.queues.prefetch(f);
+            self.comp.prefetch(f);
+            if let Some(s) = self.sources.get(f as usize) {
+                std::hint::black_box(s.held);
+            }
+        }
         let idx = d.token as u32;
         let src = self.descs.get(idx as usize).copied().flatten()?.src;
         let pkt = self.leave(src, idx, Outcome::Sent)?;

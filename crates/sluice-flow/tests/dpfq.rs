@@ -84,6 +84,7 @@ fn engines_share_memory_and_keep_order() {
                     }
                     assert!(q.pool().packets() <= 1000, "bound exceeded");
                 }
+                drop(q);
                 refused
             })
         })

@@ -47,7 +47,7 @@ use serde::Serialize;
 use sluice_flow::admission::{Admission, AdmissionConfig, Verdict};
 use sluice_flow::completion::{Completions, Outcome, Ticket};
 use sluice_flow::doorbell::{DoorbellEngine, LocalRing, PollAllEngine};
-use sluice_flow::dpfq::{Dpfq, FlowQueue, RingPool};
+use sluice_flow::dpfq::{Dpfq, FlowQueue, INLINE, RingPool};
 use sluice_flow::pipeline::{Pipeline, PipelineConfig};
 use sluice_queue::workload::Rng;
 use sluice_sched::{NodeSpec, PolicyKind, SchedConfig, Scheduler, TreeBuilder};
@@ -99,6 +99,8 @@ const ZIPF_S: f64 = 0.99;
 const TRACE: usize = 1 << 16;
 /// The scheduled buffer of the admission loop, packets (fixed, whatever the flow count).
 const BUFFER: usize = 256;
+/// How many resumes ahead the admission loop prefetches (the pipeline's constant).
+const PREFETCH_AHEAD: usize = sluice_flow::pipeline::PREFETCH_AHEAD;
 /// Packets per DPFQ ring (the pipeline's default).
 const RING_SLOTS: usize = 16;
 /// Most data queues.
@@ -443,6 +445,13 @@ impl AdmissionRunner {
         let Some((src, t)) = self.fifo.pop_front() else {
             return false;
         };
+        // As `Pipeline::egress` does: start loading the state of the source resumed a few
+        // departures from now, so that its cache misses overlap this packet's work.
+        if let Some(f) = self.adm.upcoming(PREFETCH_AHEAD) {
+            self.adm.prefetch(f);
+            self.queues.prefetch(f);
+            self.comp.prefetch(f);
+        }
         match self.comp.complete(t, Outcome::Sent) {
             Ok(c) => self.sum = self.sum.wrapping_add(c.token),
             Err(_) => self.errors += 1,
@@ -473,7 +482,7 @@ impl Runner for AdmissionRunner {
             && self.comp.len() == self.fifo.len()
             && self.adm.occupancy() == self.fifo.len()
             && self.adm.paused() == paused
-            && self.queues.pool().packets() == paused;
+            && self.queues.packets() == paused;
         if !ok {
             bail!(
                 "admission loop at {} flows left its steady state: {} errors, {} in the FIFO, \
@@ -483,7 +492,7 @@ impl Runner for AdmissionRunner {
                 self.fifo.len(),
                 self.comp.len(),
                 self.adm.paused(),
-                self.queues.pool().packets()
+                self.queues.packets()
             );
         }
         Ok(())
@@ -619,20 +628,26 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     let desc_only = desc.zip(ring).map(|(d, r)| d - r / RING_SLOTS as f64);
     let sum = |xs: &[Option<f64>]| xs.iter().copied().sum::<Option<f64>>();
     let idle_total = pipeline;
-    let active_total = sum(&[pipeline, ring, desc_only]);
+    // One packet queued stays inline in the flow's record: no ring.
+    let active_total = sum(&[pipeline, desc_only]);
     Ok(vec![
         MemRow {
             what: "dpfq FlowQueue + length",
             idle: dpfq,
             active: dpfq,
-            how: format!("size_of {} + 4", std::mem::size_of::<FlowQueue>()),
+            how: format!(
+                "size_of {}, length and {INLINE} packets inline",
+                std::mem::size_of::<FlowQueue>()
+            ),
         },
         MemRow {
-            what: "dpfq ring (only while packets are queued)",
+            what: "dpfq ring (only beyond 2 queued packets)",
             idle: Some(0.0),
-            active: ring,
+            active: Some(0.0),
             how: format!(
-                "{ring_bytes} B of slots + ring header + allocator (RingPool::bytes: {} per ring)",
+                "{:.1} B per ring in use: {ring_bytes} B of slots + header + allocator \
+                 (RingPool::bytes: {} per ring)",
+                ring.unwrap_or(0.0),
                 engine_pool()?.bytes() / (4 * BURST)
             ),
         },
@@ -670,11 +685,15 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
             how: "target: <= 64 B per idle flow".into(),
         },
         MemRow {
-            what: "+ ring reserved per source if max_packets >= sources",
-            idle: ring,
-            active: Some(0.0),
-            how: "Pipeline::new reserves min(sources, max_packets) rings; an active flow uses it"
-                .into(),
+            what: "+ rings reserved per source if max_packets >= 3 * sources",
+            idle: ring.map(|r| r / (INLINE + 1) as f64),
+            active: ring.map(|r| r / (INLINE + 1) as f64),
+            how: format!(
+                "Pipeline::new reserves min(sources, max_packets / {}) rings ({} B each) for flows \
+                 with more than {INLINE} packets",
+                INLINE + 1,
+                ring.map_or(0.0, |r| r.round())
+            ),
         },
         MemRow {
             what: "scheduler flow entry (while admitted)",
