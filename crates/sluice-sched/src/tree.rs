@@ -223,8 +223,9 @@ impl<T: Copy> Slab<T> {
     }
 }
 
-/// A queued packet: its record and its link in its flow's FIFO.
+/// A queued packet: its record and its link in its flow's FIFO. One cache line each.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Rec {
     meta: Meta,
     next: u32,
@@ -289,6 +290,8 @@ pub struct Scheduler {
     /// Packets released by the root (and its gate), ready to leave.
     ready: u32,
     stats: SchedStats,
+    /// The way down of the current dequeue (kept here so that no dequeue initializes it).
+    path: [Step; MAX_DEPTH],
 }
 
 /// Which member a node picked on the way down.
@@ -325,6 +328,12 @@ impl Scheduler {
             beyond_horizon,
             ready: 0,
             stats: SchedStats::default(),
+            path: [Step {
+                node: 0,
+                item: 0,
+                rank: 0,
+                from: 0,
+            }; MAX_DEPTH],
         })
     }
 
@@ -681,12 +690,6 @@ impl Scheduler {
             return None;
         }
         self.ready -= 1;
-        let mut path = [Step {
-            node: 0,
-            item: 0,
-            rank: 0,
-            from: 0,
-        }; MAX_DEPTH];
         let mut depth = 0;
         let mut n: NodeId = 0;
         let pkt = loop {
@@ -698,7 +701,7 @@ impl Scheduler {
                 }
                 Mode::PerMember => pick(&node.queues, node.dual, now)?,
             };
-            path[depth] = Step {
+            self.path[depth] = Step {
                 node: n,
                 item,
                 rank,
@@ -723,8 +726,9 @@ impl Scheduler {
             };
         };
         let meta = self.packets.items[pkt as usize].meta;
-        for step in path[..depth].iter().rev() {
-            self.account(step, &meta, now);
+        for d in (0..depth).rev() {
+            let step = self.path[d];
+            self.account(&step, &meta, now);
         }
         let f = &mut self.flows.flows[meta.flow as usize];
         f.queued -= 1;
