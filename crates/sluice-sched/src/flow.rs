@@ -27,11 +27,13 @@ pub(crate) struct Member {
     pub tags: Tags,
 }
 
-/// One flow.
+/// One flow: two cache lines, aligned so that they are a pair (which the hardware fetches
+/// together). The first holds what every packet touches at enqueue and dequeue (its FIFO, its
+/// count, its place in its leaf); the second its gate, touched per packet only when it has one,
+/// and what dequeue reports (key) or emptying touches (the idle list).
 #[derive(Clone, Debug)]
+#[repr(C, align(128))]
 pub(crate) struct Flow {
-    pub key: u64,
-    pub leaf: u16,
     /// FIFO of its packets, linked through the packet records: all of them at a per-member
     /// leaf; at a per-packet leaf only those waiting at its gate.
     pub head: u32,
@@ -44,10 +46,15 @@ pub(crate) struct Flow {
     pub member: Member,
     /// Pacing or limit gate, if its leaf or its packets ask for one.
     pub gate: Option<Gate>,
+    pub key: u64,
+    pub leaf: u16,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
     idle_next: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Flow>() == 128);
+const _: () = assert!(std::mem::offset_of!(Flow, gate) == 64);
 
 /// See the module note.
 pub(crate) struct FlowTable {
