@@ -20,7 +20,9 @@
 //! per-packet node pops its first entry and follows it; a per-member node picks its first member
 //! (for dual policies, a due reservation before the first share) and follows it; the leaf
 //! yields the packet. On the way back up every per-member node re-ranks the member that sent,
-//! with the packet actually sent, in O(1) (remove and push by handle).
+//! with the packet actually sent, in O(1) (remove and push by handle); a member whose rank did
+//! not change keeps its place, ahead of equal ranks (a DRR or fq flow with credit left sends
+//! again, as in DRR and fq).
 //!
 //! Invariant (checked by [`Scheduler::check`] in tests): every node holds exactly as many
 //! entries-worth of packets as its children have passed up to it, so following entries from
@@ -584,7 +586,7 @@ impl Scheduler {
                         .arrived(&mut tags.tags, cfg, meta, tags.available, now)
                 };
                 if let Some(ranks) = ranks {
-                    place(&mut node.queues, tags, ranks, item);
+                    place(&mut node.queues, tags, ranks, item, None);
                 }
             }
         }
@@ -817,7 +819,13 @@ impl Scheduler {
                 };
                 let ranks = node.policy.served(&mut m.tags, cfg, &s);
                 if m.available > 0 {
-                    place(&mut node.queues, m, ranks, step.item);
+                    place(
+                        &mut node.queues,
+                        m,
+                        ranks,
+                        step.item,
+                        Some((step.from, step.rank)),
+                    );
                 } else {
                     for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
                         if let Some(h) = h.take() {
@@ -1078,10 +1086,22 @@ fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, us
     Some((e.item, e.rank, 0))
 }
 
-/// Put `member` at `ranks` in `queues` (moving it if it is there already).
+/// Put `member` at `ranks` in `queues` (moving it if it is there already). `kept`: the queue
+/// the member was just served from and its rank there; if that rank is unchanged the member
+/// keeps its place, ahead of members of equal rank (a DRR or fq flow with credit left is served
+/// again, as in DRR and fq), and the queue is not touched.
 #[inline]
-fn place(queues: &mut [AnyQueue<u32>], m: &mut Member, ranks: [Rank; 2], item: u32) {
+fn place(
+    queues: &mut [AnyQueue<u32>],
+    m: &mut Member,
+    ranks: [Rank; 2],
+    item: u32,
+    kept: Option<(usize, Rank)>,
+) {
     for (i, q) in queues.iter_mut().enumerate() {
+        if kept == Some((i, ranks[i])) && m.handles[i].is_some() {
+            continue;
+        }
         if let Some(h) = m.handles[i].take() {
             let _ = q.remove(h);
         }
