@@ -105,6 +105,9 @@ impl<T: Copy> TimingWheel<T> {
     /// The first non-empty slot: (array position, absolute slot).
     #[inline]
     fn first(&self) -> Option<(usize, u64)> {
+        if self.store.len() == 0 {
+            return None;
+        }
         let pos = self.occupied.find_circular(self.front_pos)?;
         let ahead = if pos >= self.front_pos {
             pos - self.front_pos
@@ -117,8 +120,19 @@ impl<T: Copy> TimingWheel<T> {
     /// Move the front slot forward to `slot` (no-op if it is not ahead).
     fn move_front(&mut self, slot: u64) {
         if slot > self.front {
-            let step = ((slot - self.front) % self.slots as u64) as usize;
-            self.front_pos = (self.front_pos + step) % self.slots;
+            let ahead = slot - self.front;
+            // Usually a short step: no division.
+            let step = if ahead < self.slots as u64 {
+                ahead as usize
+            } else {
+                (ahead % self.slots as u64) as usize
+            };
+            let pos = self.front_pos + step;
+            self.front_pos = if pos >= self.slots {
+                pos - self.slots
+            } else {
+                pos
+            };
             self.front = slot;
         }
     }
@@ -211,6 +225,10 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
     #[inline]
     fn pop_due(&mut self, now: Rank) -> Option<Entry<T>> {
         let now_slot = self.granularity.bucket(now);
+        // Still in the front slot and it is empty: whatever is queued lies ahead, not due.
+        if now_slot <= self.front && !self.store.is_occupied(self.front_pos) {
+            return None;
+        }
         match self.first() {
             Some((pos, slot)) if slot <= now_slot => self.take(pos, slot),
             _ => {

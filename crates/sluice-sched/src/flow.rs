@@ -10,7 +10,7 @@
 //! Lookups hash (flow key, leaf) with FxHash into a map reserved at construction, so the table
 //! never allocates after it is built.
 
-use crate::gate::{Gate, GateLine};
+use crate::gate::Gate;
 use crate::packet::FlowId;
 use crate::policy::Tags;
 use rustc_hash::FxHashMap;
@@ -27,25 +27,34 @@ pub(crate) struct Member {
     pub tags: Tags,
 }
 
-/// One flow.
+/// One flow: two cache lines, aligned so that they are a pair (which the hardware fetches
+/// together). The first holds what every packet touches at enqueue and dequeue (its FIFO, its
+/// count, its place in its leaf); the second its gate, touched per packet only when it has one,
+/// and what dequeue reports (key) or emptying touches (the idle list).
 #[derive(Clone, Debug)]
+#[repr(C, align(128))]
 pub(crate) struct Flow {
-    pub key: u64,
-    pub leaf: u16,
-    /// FIFO of its packets (per-member leaves), linked through the packet records.
+    /// FIFO of its packets, linked through the packet records: all of them at a per-member
+    /// leaf; at a per-packet leaf only those waiting at its gate.
     pub head: u32,
     pub tail: u32,
+    /// The first packet of the FIFO still waiting at the gate (`NIL`: none). It is the gate's
+    /// packet in flight, in the shaper (as this flow); those after it wait behind it.
+    pub gate_next: u32,
     /// Packets of this flow anywhere in the scheduler.
     pub queued: u32,
     pub member: Member,
     /// Pacing or limit gate, if its leaf or its packets ask for one.
     pub gate: Option<Gate>,
-    /// Packets waiting at the gate.
-    pub line: GateLine,
+    pub key: u64,
+    pub leaf: u16,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
     idle_next: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Flow>() == 128);
+const _: () = assert!(std::mem::offset_of!(Flow, gate) == 64);
 
 /// See the module note.
 pub(crate) struct FlowTable {
@@ -106,7 +115,7 @@ impl FlowTable {
             queued: 0,
             member: Member::default(),
             gate: gate(),
-            line: GateLine::default(),
+            gate_next: NIL,
             idle_prev: NIL,
             idle_next: NIL,
         };

@@ -268,7 +268,7 @@ impl OracleTree {
                 .arrived(&mut m.tags, &cfg, meta, m.available, now)
         };
         if let Some(r) = ranks {
-            put(&mut node.pifos, m, r, item);
+            put(&mut node.pifos, m, r, item, None);
         }
     }
 
@@ -409,7 +409,7 @@ impl OracleTree {
             };
             let ranks = node.policy.served(&mut m.tags, &cfg, &s);
             if m.available > 0 {
-                put(&mut node.pifos, m, ranks, item);
+                put(&mut node.pifos, m, ranks, item, Some((from, rank)));
             } else {
                 for (q, id) in node.pifos.iter_mut().zip(m.ids.iter_mut()) {
                     if let Some(id) = id.take() {
@@ -464,8 +464,19 @@ fn arrive_at_gate(
     Some(Some(t))
 }
 
-fn put(pifos: &mut [Oracle<u32>], m: &mut OMember, ranks: [Rank; 2], item: u32) {
+/// Re-rank a member; `kept` (the queue it was served from and its rank there): an unchanged
+/// rank keeps the member's place.
+fn put(
+    pifos: &mut [Oracle<u32>],
+    m: &mut OMember,
+    ranks: [Rank; 2],
+    item: u32,
+    kept: Option<(usize, Rank)>,
+) {
     for (i, q) in pifos.iter_mut().enumerate() {
+        if kept == Some((i, ranks[i])) && m.ids[i].is_some() {
+            continue;
+        }
         if let Some(id) = m.ids[i].take() {
             q.remove(id);
         }

@@ -20,7 +20,9 @@
 //! per-packet node pops its first entry and follows it; a per-member node picks its first member
 //! (for dual policies, a due reservation before the first share) and follows it; the leaf
 //! yields the packet. On the way back up every per-member node re-ranks the member that sent,
-//! with the packet actually sent, in O(1) (remove and push by handle).
+//! with the packet actually sent, in O(1) (remove and push by handle); a member whose rank did
+//! not change keeps its place, ahead of equal ranks (a DRR or fq flow with credit left sends
+//! again, as in DRR and fq).
 //!
 //! Invariant (checked by [`Scheduler::check`] in tests): every node holds exactly as many
 //! entries-worth of packets as its children have passed up to it, so following entries from
@@ -152,28 +154,23 @@ impl SchedStats {
     }
 }
 
-/// A packet waiting at a gate (in the gate's line, or in the shaper as its packet in flight).
-#[derive(Clone, Copy, Debug)]
-enum Pending {
-    /// A packet waiting for its flow's gate, then its leaf.
-    Flow { pkt: u32 },
-    /// A packet that passed `node` waiting for `node`'s gate, then the parent.
-    Node { node: NodeId, meta: Meta },
-}
-
-/// A waiting record and the next one in its gate's line.
+/// A packet that passed `node`, waiting for `node`'s gate (in the gate's line, or in the shaper
+/// as its packet in flight), then the parent; and the next record in the line. A copy of the
+/// packet's record: packets of a member are interchangeable above it, so the packet itself may
+/// leave before this record does.
+///
+/// A flow's gate needs no such record: the packets waiting at it are the end of the flow's own
+/// FIFO, from [`Flow::gate_next`](crate::flow::Flow) on, and the shaper holds the flow itself.
 #[derive(Clone, Copy, Debug)]
 struct Held {
-    rec: Pending,
+    node: NodeId,
+    meta: Meta,
     next: u32,
 }
 
-/// Whose gate.
-#[derive(Clone, Copy, Debug)]
-enum Holder {
-    Flow(FlowId),
-    Node(NodeId),
-}
+/// A shaper item with this bit set is a flow id (its gate's packet in flight is the flow's
+/// `gate_next`); without it, a [`Held`] record id. Ids stay below 2^24 (`MAX_PACKETS`).
+const FLOW_ITEM: u32 = 1 << 31;
 
 /// What a gate does with an arriving packet.
 enum Verdict {
@@ -223,8 +220,9 @@ impl<T: Copy> Slab<T> {
     }
 }
 
-/// A queued packet: its record and its link in its flow's FIFO.
+/// A queued packet: its record and its link in its flow's FIFO. One cache line each.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Rec {
     meta: Meta,
     next: u32,
@@ -289,6 +287,8 @@ pub struct Scheduler {
     /// Packets released by the root (and its gate), ready to leave.
     ready: u32,
     stats: SchedStats,
+    /// The way down of the current dequeue (kept here so that no dequeue initializes it).
+    path: [Step; MAX_DEPTH],
 }
 
 /// Which member a node picked on the way down.
@@ -325,6 +325,12 @@ impl Scheduler {
             beyond_horizon,
             ready: 0,
             stats: SchedStats::default(),
+            path: [Step {
+                node: 0,
+                item: 0,
+                rank: 0,
+                from: 0,
+            }; MAX_DEPTH],
         })
     }
 
@@ -429,7 +435,7 @@ impl Scheduler {
         }
         // A hard limit turns away a packet that would wait beyond the shaper's horizon.
         if self.beyond_horizon == Overflow::Reject {
-            if let (Some(g), true) = (f.gate.as_ref(), f.line.is_idle()) {
+            if let (Some(g), true) = (f.gate.as_ref(), f.gate_next == NIL) {
                 let t = g.peek(now, p.len);
                 if t > now && t - now >= self.horizon_ns {
                     if f.queued == 0 {
@@ -440,9 +446,22 @@ impl Scheduler {
             }
         }
         let pkt = self.packets.insert(Rec { meta, next: NIL });
+        let per_member = self.nodes[leaf as usize].mode == Mode::PerMember;
         let f = &mut self.flows.flows[flow as usize];
         f.queued += 1;
-        if self.nodes[leaf as usize].mode == Mode::PerMember {
+        // The flow's gate: the packet passes, waits in the shaper as the gate's packet in
+        // flight, or waits behind it.
+        let verdict = match f.gate.as_mut() {
+            None => Verdict::Pass,
+            Some(_) if f.gate_next != NIL => Verdict::Hold,
+            Some(g) => match g.stamp(now, p.len) {
+                t if t <= now => Verdict::Pass,
+                t => Verdict::Park(t),
+            },
+        };
+        // The flow's FIFO: every packet at a per-member leaf; at a per-packet leaf (which
+        // holds the packets themselves) only those waiting at the gate.
+        if per_member || !matches!(verdict, Verdict::Pass) {
             if f.tail == NIL {
                 f.head = pkt;
             } else {
@@ -452,75 +471,77 @@ impl Scheduler {
         }
         self.nodes[leaf as usize].stats.enqueued += 1;
         self.stats.enqueued += 1;
-        match self.at_gate(Holder::Flow(flow), p.len, now) {
+        match verdict {
             Verdict::Pass => self.enter_leaf(pkt, now),
-            Verdict::Hold => self.hold(Holder::Flow(flow), Pending::Flow { pkt }),
-            Verdict::Park(t) => self.park(t, now, Pending::Flow { pkt }),
+            Verdict::Hold => {}
+            Verdict::Park(t) => {
+                self.flows.flows[flow as usize].gate_next = pkt;
+                self.park(t, now, FLOW_ITEM | flow);
+            }
         }
         Ok(())
     }
 
-    /// The gate of `holder` (if any) and its line.
-    fn gate_of(&mut self, holder: Holder) -> (Option<&mut Gate>, &mut GateLine) {
-        match holder {
-            Holder::Flow(f) => {
-                let f = &mut self.flows.flows[f as usize];
-                (f.gate.as_mut(), &mut f.line)
-            }
-            Holder::Node(n) => {
-                let n = &mut self.nodes[n as usize];
-                (n.gate.as_mut(), &mut n.line)
-            }
-        }
-    }
-
-    /// A packet of `len` bytes reached `holder`'s gate at `now`: does it pass, wait behind the
+    /// A packet of `len` bytes reached node `n`'s gate at `now`: does it pass, wait behind the
     /// gate's line, or wait in the shaper (then it is the line's one packet in flight)?
-    fn at_gate(&mut self, holder: Holder, len: u32, now: u64) -> Verdict {
-        let (gate, line) = self.gate_of(holder);
-        let Some(gate) = gate else {
+    fn at_gate(&mut self, n: NodeId, len: u32, now: u64) -> Verdict {
+        let node = &mut self.nodes[n as usize];
+        let Some(gate) = node.gate.as_mut() else {
             return Verdict::Pass;
         };
-        if !line.is_idle() {
+        if !node.line.is_idle() {
             return Verdict::Hold;
         }
         let t = gate.stamp(now, len);
         if t <= now {
             return Verdict::Pass;
         }
-        line.waiting = true;
+        node.line.waiting = true;
         Verdict::Park(t)
     }
 
-    /// Append a record to the end of `holder`'s line.
-    fn hold(&mut self, holder: Holder, rec: Pending) {
-        let id = self.pending.insert(Held { rec, next: NIL });
-        let tail = self.gate_of(holder).1.tail;
-        if tail == NIL {
-            self.gate_of(holder).1.head = id;
+    /// Append a record to the end of node `n`'s line.
+    fn hold(&mut self, n: NodeId, meta: &Meta) {
+        let id = self.pending.insert(Held {
+            node: n,
+            meta: *meta,
+            next: NIL,
+        });
+        let line = &mut self.nodes[n as usize].line;
+        if line.tail == NIL {
+            line.head = id;
         } else {
-            self.pending.items[tail as usize].next = id;
+            self.pending.items[line.tail as usize].next = id;
         }
-        self.gate_of(holder).1.tail = id;
+        line.tail = id;
     }
 
-    /// Put a record in the shaper until `at` (its gate's one packet in flight).
-    fn park(&mut self, at: u64, now: u64, rec: Pending) {
+    /// Put a shaper item (see [`FLOW_ITEM`]) in the shaper until `at`: its gate's one packet
+    /// in flight.
+    fn park(&mut self, at: u64, now: u64, item: u32) {
         let at = if at - now >= self.horizon_ns {
             self.stats.clamped += 1;
             now + self.horizon_ns - 1
         } else {
             at
         };
-        let id = self.pending.insert(Held { rec, next: NIL });
-        if let Err(e) = self.shaper.push(at, id) {
-            // The shaper holds at most one record per packet and was sized for all of them,
+        if let Err(e) = self.shaper.push(at, item) {
+            // The shaper holds at most one item per packet and was sized for all of them,
             // and `at` was clamped into its horizon: neither error can happen.
-            debug_assert!(false, "shaper refused a record: {e:?}");
+            debug_assert!(false, "shaper refused an item: {e:?}");
             let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
-            let held = self.pending.release(item);
-            self.unpark(held.rec, now);
+            self.unpark(item, now);
         }
+    }
+
+    /// Park node `n`'s packet in flight, a copy of `meta`.
+    fn park_node(&mut self, at: u64, now: u64, n: NodeId, meta: &Meta) {
+        let id = self.pending.insert(Held {
+            node: n,
+            meta: *meta,
+            next: NIL,
+        });
+        self.park(at, now, id);
     }
 
     /// A packet passed its flow's gate: it becomes available at its leaf.
@@ -565,7 +586,7 @@ impl Scheduler {
                         .arrived(&mut tags.tags, cfg, meta, tags.available, now)
                 };
                 if let Some(ranks) = ranks {
-                    place(&mut node.queues, tags, ranks, item);
+                    place(&mut node.queues, tags, ranks, item, None);
                 }
             }
         }
@@ -574,19 +595,15 @@ impl Scheduler {
     /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
-            let rec = Pending::Node {
-                node: n,
-                meta: *meta,
-            };
-            match self.at_gate(Holder::Node(n), meta.len, now) {
+            match self.at_gate(n, meta.len, now) {
                 Verdict::Pass => {}
                 Verdict::Hold => {
                     self.nodes[n as usize].stats.shaped += 1;
-                    return self.hold(Holder::Node(n), rec);
+                    return self.hold(n, meta);
                 }
                 Verdict::Park(t) => {
                     self.nodes[n as usize].stats.shaped += 1;
-                    return self.park(t, now, rec);
+                    return self.park_node(t, now, n, meta);
                 }
             }
             match self.nodes[n as usize].parent {
@@ -603,64 +620,96 @@ impl Scheduler {
         }
     }
 
-    /// Let a record through its gate at `now` and continue its packet's way up.
-    fn pass(&mut self, rec: Pending, now: u64) {
-        match rec {
-            Pending::Flow { pkt } => self.enter_leaf(pkt, now),
-            Pending::Node { node, meta } => match self.nodes[node as usize].parent {
-                None => self.ready += 1,
-                Some(p) => {
-                    let slot = self.nodes[node as usize].slot;
-                    self.give(p, slot, &meta, now);
-                    self.pass_up(p, &meta, now);
-                }
-            },
+    /// A record passed node `node`'s gate at `now`: its packet continues up.
+    fn pass_node(&mut self, node: NodeId, meta: &Meta, now: u64) {
+        match self.nodes[node as usize].parent {
+            None => self.ready += 1,
+            Some(p) => {
+                let slot = self.nodes[node as usize].slot;
+                self.give(p, slot, meta, now);
+                self.pass_up(p, meta, now);
+            }
         }
     }
 
-    /// A gate's packet in flight is due at `now`: let it through, then stamp the packets waiting
-    /// in the gate's line, letting through those already due, until one must wait.
-    fn unpark(&mut self, rec: Pending, now: u64) {
-        let holder = match rec {
-            Pending::Flow { pkt } => Holder::Flow(self.packets.items[pkt as usize].meta.flow),
-            Pending::Node { node, .. } => Holder::Node(node),
-        };
-        self.gate_of(holder).1.waiting = false;
-        self.pass(rec, now);
+    /// A shaper item is due at `now`: its gate's packet in flight goes through, then the
+    /// packets waiting behind it are stamped, those already due going through too, until one
+    /// must wait in the shaper.
+    fn unpark(&mut self, item: u32, now: u64) {
+        if item & FLOW_ITEM != 0 {
+            self.unpark_flow(item & !FLOW_ITEM, now);
+        } else {
+            self.unpark_node(item, now);
+        }
+    }
+
+    /// See [`Scheduler::unpark`]; a flow's gate, whose line is its FIFO from `gate_next` on.
+    fn unpark_flow(&mut self, flow: FlowId, now: u64) {
+        let mut pkt = self.flows.flows[flow as usize].gate_next;
         loop {
-            let head = self.gate_of(holder).1.head;
+            // Through the gate: the cursor moves on (and a per-packet leaf's FIFO, which holds
+            // only the packets at the gate, loses its head).
+            let next = self.packets.items[pkt as usize].next;
+            let leaf = self.flows.flows[flow as usize].leaf;
+            let f = &mut self.flows.flows[flow as usize];
+            f.gate_next = next;
+            if self.nodes[leaf as usize].mode == Mode::PerPacket {
+                f.head = next;
+                if next == NIL {
+                    f.tail = NIL;
+                }
+            }
+            self.enter_leaf(pkt, now);
+            if next == NIL {
+                return;
+            }
+            let len = self.packets.items[next as usize].meta.len;
+            let f = &mut self.flows.flows[flow as usize];
+            let t = f.gate.as_mut().map_or(now, |g| g.stamp(now, len));
+            if t > now {
+                return self.park(t, now, FLOW_ITEM | flow);
+            }
+            pkt = next;
+        }
+    }
+
+    /// See [`Scheduler::unpark`]; a node's gate, whose line is a list of [`Held`] records.
+    fn unpark_node(&mut self, id: u32, now: u64) {
+        let held = self.pending.release(id);
+        let n = held.node;
+        self.nodes[n as usize].line.waiting = false;
+        self.pass_node(n, &held.meta, now);
+        loop {
+            let head = self.nodes[n as usize].line.head;
             if head == NIL {
                 return;
             }
-            let held = self.pending.release(head);
-            {
-                let line = self.gate_of(holder).1;
-                line.head = held.next;
-                if held.next == NIL {
-                    line.tail = NIL;
-                }
+            let held = self.pending.items[head as usize];
+            let node = &mut self.nodes[n as usize];
+            node.line.head = held.next;
+            if held.next == NIL {
+                node.line.tail = NIL;
             }
-            let len = match held.rec {
-                Pending::Flow { pkt } => self.packets.items[pkt as usize].meta.len,
-                Pending::Node { meta, .. } => meta.len,
-            };
-            let (gate, line) = self.gate_of(holder);
-            let t = gate.map_or(now, |g| g.stamp(now, len));
+            let t = node
+                .gate
+                .as_mut()
+                .map_or(now, |g| g.stamp(now, held.meta.len));
             if t > now {
-                line.waiting = true;
-                self.park(t, now, held.rec);
-                return;
+                // The record becomes the packet in flight: into the shaper as it is.
+                node.line.waiting = true;
+                self.pending.items[head as usize].next = NIL;
+                return self.park(t, now, head);
             }
-            self.pass(held.rec, now);
+            self.pending.release(head);
+            self.pass_node(n, &held.meta, now);
         }
     }
 
-    /// Release every shaper record due at `now`.
+    /// Release every shaper item due at `now`.
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
-            let held = self.pending.release(e.item);
             // Continue from the time it was due, so chained gates keep exact spacing.
-            self.unpark(held.rec, e.rank.min(now));
+            self.unpark(e.item, e.rank.min(now));
         }
     }
 
@@ -681,12 +730,6 @@ impl Scheduler {
             return None;
         }
         self.ready -= 1;
-        let mut path = [Step {
-            node: 0,
-            item: 0,
-            rank: 0,
-            from: 0,
-        }; MAX_DEPTH];
         let mut depth = 0;
         let mut n: NodeId = 0;
         let pkt = loop {
@@ -698,7 +741,7 @@ impl Scheduler {
                 }
                 Mode::PerMember => pick(&node.queues, node.dual, now)?,
             };
-            path[depth] = Step {
+            self.path[depth] = Step {
                 node: n,
                 item,
                 rank,
@@ -723,8 +766,9 @@ impl Scheduler {
             };
         };
         let meta = self.packets.items[pkt as usize].meta;
-        for step in path[..depth].iter().rev() {
-            self.account(step, &meta, now);
+        for d in (0..depth).rev() {
+            let step = self.path[d];
+            self.account(&step, &meta, now);
         }
         let f = &mut self.flows.flows[meta.flow as usize];
         f.queued -= 1;
@@ -775,7 +819,13 @@ impl Scheduler {
                 };
                 let ranks = node.policy.served(&mut m.tags, cfg, &s);
                 if m.available > 0 {
-                    place(&mut node.queues, m, ranks, step.item);
+                    place(
+                        &mut node.queues,
+                        m,
+                        ranks,
+                        step.item,
+                        Some((step.from, step.rank)),
+                    );
                 } else {
                     for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
                         if let Some(h) = h.take() {
@@ -1036,10 +1086,22 @@ fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, us
     Some((e.item, e.rank, 0))
 }
 
-/// Put `member` at `ranks` in `queues` (moving it if it is there already).
+/// Put `member` at `ranks` in `queues` (moving it if it is there already). `kept`: the queue
+/// the member was just served from and its rank there; if that rank is unchanged the member
+/// keeps its place, ahead of members of equal rank (a DRR or fq flow with credit left is served
+/// again, as in DRR and fq), and the queue is not touched.
 #[inline]
-fn place(queues: &mut [AnyQueue<u32>], m: &mut Member, ranks: [Rank; 2], item: u32) {
+fn place(
+    queues: &mut [AnyQueue<u32>],
+    m: &mut Member,
+    ranks: [Rank; 2],
+    item: u32,
+    kept: Option<(usize, Rank)>,
+) {
     for (i, q) in queues.iter_mut().enumerate() {
+        if kept == Some((i, ranks[i])) && m.handles[i].is_some() {
+            continue;
+        }
         if let Some(h) = m.handles[i].take() {
             let _ = q.remove(h);
         }

@@ -6,10 +6,20 @@
 //! the rate (BESS's limiter diverged above 68 Gbit/s from exactly this kind of rounding).
 
 use std::fmt;
+use std::num::NonZeroU64;
 
-/// A rate in bits per second, at least 1 and below 2^63.
+/// A rate in bits per second, at least 1 and below 2^63. (Never zero, so an `Option<Gate>` in
+/// a flow's record costs no tag.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rate(u64);
+pub struct Rate(NonZeroU64);
+
+/// `bps` as a rate; the caller has checked `1 <= bps <= MAX_RATE_BPS`.
+const fn checked(bps: u64) -> Rate {
+    match NonZeroU64::new(bps) {
+        Some(r) => Rate(r),
+        None => panic!("a rate must be positive"),
+    }
+}
 
 /// Largest rate accepted: 2^63 - 1 bit/s.
 pub const MAX_RATE_BPS: u64 = (1 << 63) - 1;
@@ -43,7 +53,10 @@ impl Rate {
     /// A rate of `bps` bits per second, if `1 <= bps < 2^63` (no allocation: for hot paths).
     #[inline]
     pub fn new(bps: u64) -> Option<Rate> {
-        (bps != 0 && bps <= MAX_RATE_BPS).then_some(Rate(bps))
+        match NonZeroU64::new(bps) {
+            Some(r) if bps <= MAX_RATE_BPS => Some(Rate(r)),
+            _ => None,
+        }
     }
 
     /// A rate of `bps` bits per second; errors for 0 and for 2^63 or more.
@@ -62,30 +75,30 @@ impl Rate {
                 why: "rates must be below 2^63 bit/s",
             });
         }
-        Ok(Rate(bps))
+        Ok(checked(bps))
     }
 
     /// Megabits per second (for tests and examples); panics on 0 (a programming error).
     pub const fn mbit(m: u64) -> Rate {
         assert!(m > 0 && m <= MAX_RATE_BPS / 1_000_000);
-        Rate(m * 1_000_000)
+        checked(m * 1_000_000)
     }
 
     /// Gigabits per second (for tests and examples); panics on 0 (a programming error).
     pub const fn gbit(g: u64) -> Rate {
         assert!(g > 0 && g <= MAX_RATE_BPS / 1_000_000_000);
-        Rate(g * 1_000_000_000)
+        checked(g * 1_000_000_000)
     }
 
     /// Bits per second.
     pub fn bps(self) -> u64 {
-        self.0
+        self.0.get()
     }
 
     /// Time to send `bytes` at this rate, in 32.32 fixed-point nanoseconds.
     #[inline]
     pub fn tx_time_fp(self, bytes: u64) -> u128 {
-        ((u128::from(bytes) * 8_000_000_000) << 32) / u128::from(self.0)
+        ((u128::from(bytes) * 8_000_000_000) << 32) / u128::from(self.0.get())
     }
 
     /// Time to send `bytes` at this rate, in whole nanoseconds (rounded down).
@@ -95,7 +108,7 @@ impl Rate {
 
     /// Bytes sent in `ns` nanoseconds at this rate (rounded down).
     pub fn bytes_in(self, ns: u64) -> u64 {
-        (u128::from(ns) * u128::from(self.0) / 8_000_000_000) as u64
+        (u128::from(ns) * u128::from(self.0.get()) / 8_000_000_000) as u64
     }
 
     /// Parse `10Mbit`, `1.5Gbit`, `250kbit`, `1e9bit`, with an optional `/s` or `ps`.
@@ -152,7 +165,7 @@ impl Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0 as f64;
+        let b = self.0.get() as f64;
         let (v, u) = if b >= 1e12 {
             (b / 1e12, "Tbit")
         } else if b >= 1e9 {
