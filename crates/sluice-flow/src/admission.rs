@@ -25,6 +25,7 @@
 //! packet or a slot is reserved for a resumed source: someone will depart or send, and the
 //! paused queue keeps moving (property-tested in `tests/admission.rs`).
 
+use crate::Slots;
 use sluice_queue::{AnyQueue, QueueKind, QueueSpec, Rank, RankQueue};
 use std::collections::VecDeque;
 
@@ -131,7 +132,7 @@ const NIL: u32 = u32::MAX;
 
 /// A source's state: 16 bytes, four per cache line.
 #[derive(Clone, Copy, Debug)]
-struct Source {
+pub(crate) struct Source {
     /// The next source paused at the same priority level (an intrusive FIFO), or `NIL`.
     next: u32,
     /// Packets in the buffer.
@@ -190,7 +191,7 @@ impl PausedQueue {
     }
 
     /// File `src` (not paused now) at `rank`. False if the queue refused it.
-    fn push(&mut self, sources: &mut [Source], src: u32, rank: Rank) -> bool {
+    fn push<S: Slots<Source> + ?Sized>(&mut self, sources: &mut S, src: u32, rank: Rank) -> bool {
         match self {
             PausedQueue::Fifo(q) => q.push_back(src),
             PausedQueue::Levels {
@@ -201,12 +202,12 @@ impl PausedQueue {
             } => {
                 // Ranks beyond the lowest level wait at the lowest level.
                 let l = rank.min(LEVELS as u64 - 1) as usize;
-                sources[src as usize].next = NIL;
+                sources.slot_mut(src).expect("source id").next = NIL;
                 if tail[l] == NIL {
                     head[l] = src;
                     nonempty[l / 64] |= 1 << (l % 64);
                 } else {
-                    sources[tail[l] as usize].next = src;
+                    sources.slot_mut(tail[l]).expect("source id").next = src;
                 }
                 tail[l] = src;
                 *len += 1;
@@ -217,7 +218,7 @@ impl PausedQueue {
     }
 
     /// The best-ranked paused source, removed.
-    fn pop(&mut self, sources: &mut [Source]) -> Option<u32> {
+    fn pop<S: Slots<Source> + ?Sized>(&mut self, sources: &mut S) -> Option<u32> {
         match self {
             PausedQueue::Fifo(q) => q.pop_front(),
             PausedQueue::Levels {
@@ -229,7 +230,8 @@ impl PausedQueue {
                 let w = nonempty.iter().position(|&w| w != 0)?;
                 let l = w * 64 + nonempty[w].trailing_zeros() as usize;
                 let src = head[l];
-                let next = std::mem::replace(&mut sources[src as usize].next, NIL);
+                let next =
+                    std::mem::replace(&mut sources.slot_mut(src).expect("source id").next, NIL);
                 head[l] = next;
                 if next == NIL {
                     tail[l] = NIL;
@@ -243,7 +245,7 @@ impl PausedQueue {
     }
 
     /// The `k`-th source to be resumed (0: the next), where the queue can tell cheaply.
-    fn upcoming(&self, sources: &[Source], k: usize) -> Option<u32> {
+    fn upcoming<S: Slots<Source> + ?Sized>(&self, sources: &S, k: usize) -> Option<u32> {
         match self {
             PausedQueue::Fifo(q) => q.get(k).copied(),
             PausedQueue::Levels { head, nonempty, .. } => {
@@ -251,7 +253,7 @@ impl PausedQueue {
                 let first = head[w * 64 + nonempty[w].trailing_zeros() as usize];
                 match k {
                     0 => Some(first),
-                    1 => Some(sources[first as usize].next).filter(|&n| n != NIL),
+                    1 => sources.slot(first).map(|s| s.next).filter(|&n| n != NIL),
                     _ => None,
                 }
             }
@@ -327,16 +329,37 @@ impl Admission {
     /// it to prefetch the per-flow state they will touch when that source resumes.
     #[inline]
     pub fn upcoming(&self, k: usize) -> Option<u32> {
-        self.paused.upcoming(&self.sources, k)
+        self.upcoming_in(&self.sources[..], k)
     }
 
-    /// Bring `src`'s state into the cache ahead of use (a plain load whose value is ignored;
-    /// it cannot fault and changes nothing). Out-of-range ids are ignored.
+    #[inline]
+    pub(crate) fn upcoming_in<S: Slots<Source> + ?Sized>(&self, ss: &S, k: usize) -> Option<u32> {
+        self.paused.upcoming(ss, k)
+    }
+
+    /// Start loading `src`'s state into the cache ahead of use (a prefetch hint, see
+    /// [`crate::prefetch`]). Out-of-range ids are ignored.
     #[inline]
     pub fn prefetch(&self, src: u32) {
         if let Some(s) = self.sources.get(src as usize) {
-            std::hint::black_box(s.queued);
+            crate::prefetch(s);
         }
+    }
+
+    /// Run `f` on this regulator with its own per-source states.
+    #[inline(always)]
+    fn own<R>(&mut self, f: impl FnOnce(&mut Self, &mut [Source]) -> R) -> R {
+        let mut ss = std::mem::take(&mut self.sources);
+        let r = f(self, &mut ss);
+        self.sources = ss;
+        r
+    }
+
+    /// A regulator whose per-source states live elsewhere (the `_in` methods take them).
+    pub(crate) fn detached(cfg: AdmissionConfig) -> Result<Self, AdmissionError> {
+        let mut a = Admission::new(cfg)?;
+        a.sources = Vec::new();
+        Ok(a)
     }
 
     /// Packets in the scheduled buffer.
@@ -364,9 +387,17 @@ impl Admission {
         self.sources.get(src as usize).is_some_and(|s| s.paused)
     }
 
+    pub(crate) fn is_paused_in<S: Slots<Source> + ?Sized>(ss: &S, src: u32) -> bool {
+        ss.slot(src).is_some_and(|s| s.paused)
+    }
+
     /// Packets `src` has in the buffer.
     pub fn queued(&self, src: u32) -> u32 {
         self.sources.get(src as usize).map_or(0, |s| s.queued)
+    }
+
+    pub(crate) fn queued_in<S: Slots<Source> + ?Sized>(ss: &S, src: u32) -> u32 {
+        ss.slot(src).map_or(0, |s| s.queued)
     }
 
     /// Counters.
@@ -392,7 +423,17 @@ impl Admission {
 
     /// Source `src` has a packet to place; `rank` is where it would wait if paused.
     pub fn offer(&mut self, src: u32, rank: Rank) -> Verdict {
-        let Some(&s) = self.sources.get(src as usize) else {
+        self.own(|a, ss| a.offer_in(ss, src, rank))
+    }
+
+    #[inline]
+    pub(crate) fn offer_in<S: Slots<Source> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        src: u32,
+        rank: Rank,
+    ) -> Verdict {
+        let Some(&s) = ss.slot(src) else {
             self.stats.bad_source += 1;
             return Verdict::Paused;
         };
@@ -412,12 +453,12 @@ impl Admission {
             self.probe(&s) && (s.credit > 0 || self.paused.is_empty())
         };
         if !admit {
-            return self.pause(src, s, rank);
+            return self.pause(ss, src, s, rank);
         }
         let wanted = Self::wants(&s);
         s.credit = s.credit.saturating_sub(1);
         s.queued += 1;
-        self.sources[src as usize] = s;
+        *ss.slot_mut(src).expect("checked above") = s;
         if !wanted {
             self.wanting += 1;
         }
@@ -426,19 +467,26 @@ impl Admission {
         Verdict::Admit
     }
 
-    fn pause(&mut self, src: u32, mut s: Source, rank: Rank) -> Verdict {
+    fn pause<S: Slots<Source> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        src: u32,
+        mut s: Source,
+        rank: Rank,
+    ) -> Verdict {
         let wanted = Self::wants(&s);
-        if !self.paused.push(&mut self.sources, src, rank) {
+        if !self.paused.push(ss, src, rank) {
             // The paused queue holds every source at most once and was sized for all; a
             // rank out of its range is clamped. Refusing here would lose the source.
             debug_assert!(false, "paused queue refused source {src}");
             return Verdict::Throttled;
         }
         // `push` may have written the link of `src` itself: keep it.
-        s.next = self.sources[src as usize].next;
+        let slot = ss.slot_mut(src).expect("checked by offer");
+        s.next = slot.next;
         s.paused = true;
         s.credit = 0;
-        self.sources[src as usize] = s;
+        *slot = s;
         if !wanted {
             self.wanting += 1;
         }
@@ -449,7 +497,16 @@ impl Admission {
     /// A packet of `src` left the buffer. Returns the source resumed into the freed slot, if
     /// any: offer its packets next (it has a slot reserved and `resume_credit` to spend).
     pub fn departed(&mut self, src: u32) -> Option<u32> {
-        let Some(s) = self.sources.get_mut(src as usize) else {
+        self.own(|a, ss| a.departed_in(ss, src))
+    }
+
+    #[inline]
+    pub(crate) fn departed_in<S: Slots<Source> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        src: u32,
+    ) -> Option<u32> {
+        let Some(s) = ss.slot_mut(src) else {
             self.stats.bad_source += 1;
             return None;
         };
@@ -462,13 +519,22 @@ impl Admission {
             self.wanting -= 1;
         }
         self.occupancy -= 1;
-        self.resume_one()
+        self.resume_one(ss)
     }
 
     /// A resumed source had nothing to send: hand its reserved slot to the next paused source.
     /// Returns that source, if any.
     pub fn idle(&mut self, src: u32) -> Option<u32> {
-        let Some(s) = self.sources.get_mut(src as usize) else {
+        self.own(|a, ss| a.idle_in(ss, src))
+    }
+
+    #[inline]
+    pub(crate) fn idle_in<S: Slots<Source> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        src: u32,
+    ) -> Option<u32> {
+        let Some(s) = ss.slot_mut(src) else {
             self.stats.bad_source += 1;
             return None;
         };
@@ -479,16 +545,16 @@ impl Admission {
         s.credit = 0;
         self.grants -= 1;
         self.stats.idle_grants += 1;
-        self.resume_one()
+        self.resume_one(ss)
     }
 
     /// Resume the best paused source into a free slot, if there is one and a slot is free.
-    fn resume_one(&mut self) -> Option<u32> {
+    fn resume_one<S: Slots<Source> + ?Sized>(&mut self, ss: &mut S) -> Option<u32> {
         if self.occupancy + self.grants >= self.cfg.capacity {
             return None;
         }
-        let src = self.paused.pop(&mut self.sources)?;
-        let s = &mut self.sources[src as usize];
+        let src = self.paused.pop(ss)?;
+        let s = ss.slot_mut(src).expect("paused ids are in range");
         s.paused = false;
         s.granted = true;
         s.credit = self.cfg.resume_credit;
@@ -502,20 +568,16 @@ impl Admission {
 
     /// Check the counters against the sources; for tests. O(sources).
     pub fn check(&self) {
-        let queued: usize = self.sources.iter().map(|s| s.queued as usize).sum();
+        self.check_in(&self.sources[..]);
+    }
+
+    pub(crate) fn check_in<S: Slots<Source> + ?Sized>(&self, ss: &S) {
+        let all = || (0..ss.count() as u32).filter_map(|i| ss.slot(i));
+        let queued: usize = all().map(|s| s.queued as usize).sum();
         assert_eq!(queued, self.occupancy);
-        assert_eq!(
-            self.sources.iter().filter(|s| s.granted).count(),
-            self.grants
-        );
-        assert_eq!(
-            self.sources.iter().filter(|s| s.paused).count(),
-            self.paused.len()
-        );
-        assert_eq!(
-            self.sources.iter().filter(|s| Self::wants(s)).count(),
-            self.wanting
-        );
+        assert_eq!(all().filter(|s| s.granted).count(), self.grants);
+        assert_eq!(all().filter(|s| s.paused).count(), self.paused.len());
+        assert_eq!(all().filter(|s| Self::wants(s)).count(), self.wanting);
         assert!(
             self.occupancy + self.grants <= self.cfg.capacity,
             "buffer over capacity"

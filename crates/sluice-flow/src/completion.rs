@@ -16,6 +16,8 @@
 //! two, a flow may have two packets between admission and completion, and must wait for a
 //! completion before it sends a third.
 
+use crate::Slots;
+
 /// Default packets a flow may have in flight (TSQ, zD §4.1).
 pub const DEFAULT_INFLIGHT_LIMIT: u32 = 2;
 
@@ -143,12 +145,12 @@ impl Completions {
         self.inflight.get(flow as usize).copied().unwrap_or(0)
     }
 
-    /// Bring `flow`'s in-flight counter into the cache ahead of use (a plain load whose value
-    /// is ignored). Out-of-range ids are ignored.
+    /// Start loading `flow`'s in-flight counter into the cache ahead of use (a prefetch hint,
+    /// see [`crate::prefetch`]). Out-of-range ids are ignored.
     #[inline]
     pub fn prefetch(&self, flow: u32) {
         if let Some(n) = self.inflight.get(flow as usize) {
-            std::hint::black_box(*n);
+            crate::prefetch(n);
         }
     }
 
@@ -172,7 +174,31 @@ impl Completions {
     /// ([`Completions::may_send`]); admitting beyond it is allowed (a resumed flow's second
     /// packet, zD §4.1).
     pub fn admit(&mut self, flow: u32, token: u64) -> Option<Ticket> {
-        if self.len() == self.capacity || flow as usize >= self.inflight.len() {
+        let mut inflight = std::mem::take(&mut self.inflight);
+        let r = self.admit_in(&mut inflight[..], flow, token);
+        self.inflight = inflight;
+        r
+    }
+
+    /// A tracker whose per-flow counters live elsewhere (the `_in` methods take them).
+    pub(crate) fn detached(capacity: usize, limit: u32) -> Self {
+        Completions::new(capacity, 0, limit)
+    }
+
+    /// Packets `flow` has in flight, counters in `ss`.
+    #[inline]
+    pub(crate) fn inflight_in<S: Slots<u32> + ?Sized>(ss: &S, flow: u32) -> u32 {
+        ss.slot(flow).copied().unwrap_or(0)
+    }
+
+    #[inline]
+    pub(crate) fn admit_in<S: Slots<u32> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        flow: u32,
+        token: u64,
+    ) -> Option<Ticket> {
+        if self.len() == self.capacity || flow as usize >= ss.count() {
             self.stats.full += 1;
             return None;
         }
@@ -192,7 +218,7 @@ impl Completions {
         s.token = token;
         s.flow = flow;
         s.live = true;
-        self.inflight[flow as usize] += 1;
+        *ss.slot_mut(flow).expect("checked above") += 1;
         self.stats.admitted += 1;
         Some(Ticket {
             index,
@@ -203,6 +229,19 @@ impl Completions {
     /// Redeem `ticket`: the packet left with `outcome`. Exactly once per admitted packet.
     pub fn complete(
         &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+    ) -> Result<Completion, CompletionError> {
+        let mut inflight = std::mem::take(&mut self.inflight);
+        let r = self.complete_in(&mut inflight[..], ticket, outcome);
+        self.inflight = inflight;
+        r
+    }
+
+    #[inline]
+    pub(crate) fn complete_in<S: Slots<u32> + ?Sized>(
+        &mut self,
+        ss: &mut S,
         ticket: Ticket,
         outcome: Outcome,
     ) -> Result<Completion, CompletionError> {
@@ -225,7 +264,8 @@ impl Completions {
         s.generation = s.generation.wrapping_add(1);
         let (token, flow) = (s.token, s.flow);
         self.free.push(ticket.index);
-        let n = &mut self.inflight[flow as usize];
+        // Slots only ever hold flows admitted in range.
+        let n = ss.slot_mut(flow).expect("admitted flows are in range");
         *n -= 1;
         match outcome {
             Outcome::Sent => self.stats.sent += 1,

@@ -27,6 +27,7 @@
 //! that owns a flow touches that flow's rings, so every slot access is `Relaxed` (a plain load
 //! or store on x86).
 
+use crate::Slots;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -244,6 +245,11 @@ impl FlowQueue {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Packets the flow holds.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
 }
 
 /// Counters.
@@ -341,7 +347,17 @@ impl Dpfq {
     /// Packets `flow` holds.
     #[inline]
     pub fn len(&self, flow: u32) -> usize {
-        self.flows.get(flow as usize).map_or(0, |q| q.len as usize)
+        Self::len_in(&self.flows[..], flow)
+    }
+
+    #[inline]
+    pub(crate) fn len_in<S: Slots<FlowQueue> + ?Sized>(ss: &S, flow: u32) -> usize {
+        ss.slot(flow).map_or(0, |q| q.len as usize)
+    }
+
+    /// A Dpfq whose flow records live elsewhere (the `_in` methods take them).
+    pub(crate) fn detached(pool: Arc<RingPool>) -> Self {
+        Dpfq::new(pool, 0)
     }
 
     /// Whether `flow` holds nothing.
@@ -350,12 +366,12 @@ impl Dpfq {
         self.len(flow) == 0
     }
 
-    /// Bring `flow`'s queue record into the cache ahead of use (a plain load whose value is
-    /// ignored). Out-of-range ids are ignored.
+    /// Start loading `flow`'s queue record into the cache ahead of use (a prefetch hint, see
+    /// [`crate::prefetch`]). Out-of-range ids are ignored.
     #[inline]
     pub fn prefetch(&self, flow: u32) {
         if let Some(q) = self.flows.get(flow as usize) {
-            std::hint::black_box(q.len);
+            crate::prefetch(q);
         }
     }
 
@@ -383,8 +399,20 @@ impl Dpfq {
     /// number of flows given to `new` (out of range counts as at the bound).
     #[inline]
     pub fn push(&mut self, flow: u32, item: u32) -> Result<(), AtBound> {
-        let f = flow as usize;
-        if f >= self.flows.len() {
+        let mut flows = std::mem::take(&mut self.flows);
+        let r = self.push_in(&mut flows[..], flow, item);
+        self.flows = flows;
+        r
+    }
+
+    #[inline]
+    pub(crate) fn push_in<S: Slots<FlowQueue> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        flow: u32,
+        item: u32,
+    ) -> Result<(), AtBound> {
+        if flow as usize >= ss.count() {
             self.stats.bound_packets += 1;
             return Err(AtBound { what: "packets" });
         }
@@ -393,7 +421,7 @@ impl Dpfq {
             return Err(AtBound { what: "packets" });
         }
         let pool = &*self.pool;
-        let q = &mut self.flows[f];
+        let q = ss.slot_mut(flow).expect("checked above");
         if q.head == NIL && (q.n_inline as usize) < INLINE {
             // No ring yet and room inline: the packet stays in the flow's own record.
             q.inline[q.n_inline as usize] = item;
@@ -429,7 +457,12 @@ impl Dpfq {
     /// The first item of `flow`'s queue.
     #[inline]
     pub fn peek(&self, flow: u32) -> Option<u32> {
-        let q = self.flows.get(flow as usize)?;
+        self.peek_in(&self.flows[..], flow)
+    }
+
+    #[inline]
+    pub(crate) fn peek_in<S: Slots<FlowQueue> + ?Sized>(&self, ss: &S, flow: u32) -> Option<u32> {
+        let q = ss.slot(flow)?;
         if q.n_inline > 0 {
             return Some(q.inline[0]);
         }
@@ -443,7 +476,19 @@ impl Dpfq {
     /// the engine's cache).
     #[inline]
     pub fn pop(&mut self, flow: u32) -> Option<u32> {
-        let q = self.flows.get_mut(flow as usize)?;
+        let mut flows = std::mem::take(&mut self.flows);
+        let r = self.pop_in(&mut flows[..], flow);
+        self.flows = flows;
+        r
+    }
+
+    #[inline]
+    pub(crate) fn pop_in<S: Slots<FlowQueue> + ?Sized>(
+        &mut self,
+        ss: &mut S,
+        flow: u32,
+    ) -> Option<u32> {
+        let q = ss.slot_mut(flow)?;
         let item;
         if q.n_inline > 0 {
             item = q.inline[0];

@@ -28,13 +28,15 @@
 use crate::admission::{Admission, AdmissionConfig, AdmissionError, PausedOrder, Probe, Verdict};
 use crate::completion::{Completions, Outcome, Ticket};
 use crate::dpfq::{AtBound, BoundAction, Dpfq, DpfqError, INLINE, RingPool};
+use crate::flows::FlowTable;
 use sluice_sched::{Packet, RejectReason, Scheduler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// How many resumes ahead egress prefetches the per-source state of a paused source (see
-/// [`Admission::upcoming`]): far enough that a cache miss (~100 ns) overlaps the work of the
-/// packets in between.
+/// How many resumes ahead egress prefetches the record of a paused source (see
+/// [`Admission::upcoming`] and [`FlowTable::prefetch`]): far enough that a cache miss
+/// (~100 ns) overlaps the work of the packets in between (4 is too few at 1e6 flows; 8 and 12
+/// measure alike).
 pub const PREFETCH_AHEAD: usize = 8;
 
 /// How paused sources are ordered (the scheduler's order).
@@ -155,9 +157,10 @@ struct Desc {
     ticket: Option<Ticket>,
 }
 
+/// The pipeline's own state of a source, kept in the source's [`FlowTable`] record (its key,
+/// needed only to forget it, is in a separate table).
 #[derive(Clone, Copy, Debug, Default)]
 struct Source {
-    key: u64,
     /// Packets anywhere in the pipeline.
     held: u32,
     in_ready: bool,
@@ -166,12 +169,11 @@ struct Source {
 /// One engine's lossless pipeline; see the module note.
 pub struct Pipeline {
     sched: Scheduler,
-    adm: Admission,
-    comp: Completions,
-    queues: Dpfq,
+    /// Admission, per-flow queues and completions: one record per source.
+    flows: FlowTable<Source>,
     descs: Vec<Option<Desc>>,
     free_descs: Vec<u32>,
-    sources: Vec<Source>,
+    keys: Vec<u64>,
     by_key: HashMap<u64, u32>,
     free_sources: Vec<u32>,
     ready: VecDeque<u32>,
@@ -211,23 +213,25 @@ impl Pipeline {
                 horizon_ns: 1 << 30,
             },
         };
-        let adm = Admission::new(AdmissionConfig {
-            capacity: cfg.buffer,
-            sources: cfg.sources,
-            per_source: cfg.per_source,
-            resume_credit: 2,
-            probe: cfg.probe,
-            order,
-        })?;
-        let max = pool.max_packets();
+        let flows = FlowTable::new(
+            AdmissionConfig {
+                capacity: cfg.buffer,
+                sources: cfg.sources,
+                per_source: cfg.per_source,
+                resume_credit: 2,
+                probe: cfg.probe,
+                order,
+            },
+            pool,
+            cfg.per_source,
+        )?;
+        let max = flows.queues().pool().max_packets();
         Ok(Pipeline {
             sched,
-            adm,
-            comp: Completions::new(cfg.buffer, cfg.sources, cfg.per_source),
-            queues: Dpfq::new(pool, cfg.sources),
+            flows,
             descs: vec![None; max],
             free_descs: (0..max as u32).rev().collect(),
-            sources: vec![Source::default(); cfg.sources],
+            keys: vec![0; cfg.sources],
             by_key: HashMap::with_capacity(cfg.sources),
             free_sources: (0..cfg.sources as u32).rev().collect(),
             ready: VecDeque::with_capacity(cfg.sources),
@@ -248,19 +252,25 @@ impl Pipeline {
         &mut self.sched
     }
 
-    /// The admission regulator.
+    /// The admission regulator: counters and buffer state (its per-source state is in the
+    /// pipeline's [`FlowTable`]; see [`Pipeline::flows`]).
     pub fn admission(&self) -> &Admission {
-        &self.adm
+        self.flows.admission()
     }
 
-    /// The completion tracker.
+    /// The completion tracker: counters and packets in flight.
     pub fn completions(&self) -> &Completions {
-        &self.comp
+        self.flows.completions()
     }
 
-    /// The per-flow source queues.
+    /// The per-flow source queues: pool and counters.
     pub fn queues(&self) -> &Dpfq {
-        &self.queues
+        self.flows.queues()
+    }
+
+    /// The per-source records (admission, queue, in flight), indexed by source id.
+    pub fn flows(&self) -> &FlowTable<impl Copy + Default> {
+        &self.flows
     }
 
     /// Packets held (in source buffers and in the scheduled buffer).
@@ -304,11 +314,8 @@ impl Pipeline {
             None => match self.free_sources.pop() {
                 Some(s) => {
                     self.by_key.insert(pkt.flow, s);
-                    self.sources[s as usize] = Source {
-                        key: pkt.flow,
-                        held: 0,
-                        in_ready: false,
-                    };
+                    self.keys[s as usize] = pkt.flow;
+                    *self.src_mut(s) = Source::default();
                     s
                 }
                 None => return self.at_bound("sources"),
@@ -318,7 +325,7 @@ impl Pipeline {
             self.forget_if_idle(src);
             return self.at_bound("packets");
         };
-        if let Err(AtBound { what }) = self.queues.push(src, idx) {
+        if let Err(AtBound { what }) = self.flows.push(src, idx) {
             self.free_descs.push(idx);
             self.forget_if_idle(src);
             return self.at_bound(what);
@@ -328,9 +335,9 @@ impl Pipeline {
             src,
             ticket: None,
         });
-        self.sources[src as usize].held += 1;
+        self.src_mut(src).held += 1;
         self.stats.accepted += 1;
-        self.stats.source_high = self.stats.source_high.max(self.queues.packets());
+        self.stats.source_high = self.stats.source_high.max(self.flows.queues().packets());
         self.wake(src);
         self.pump(now);
         Ok(())
@@ -349,8 +356,18 @@ impl Pipeline {
         }
     }
 
+    #[inline]
+    fn src(&self, src: u32) -> Source {
+        *self.flows.extra(src).expect("source id")
+    }
+
+    #[inline]
+    fn src_mut(&mut self, src: u32) -> &mut Source {
+        self.flows.extra_mut(src).expect("source id")
+    }
+
     fn wake(&mut self, src: u32) {
-        let s = &mut self.sources[src as usize];
+        let s = self.src_mut(src);
         if !s.in_ready {
             s.in_ready = true;
             self.ready.push_back(src);
@@ -365,10 +382,7 @@ impl Pipeline {
             RankBy::RateLimit => self
                 .sched
                 .classify(head)
-                .and_then(|leaf| {
-                    self.sched
-                        .flow_next_release(leaf, self.sources[src as usize].key)
-                })
+                .and_then(|leaf| self.sched.flow_next_release(leaf, self.keys[src as usize]))
                 .unwrap_or(0),
         }
     }
@@ -376,11 +390,11 @@ impl Pipeline {
     /// Move packets from woken sources into the scheduler while admission lets them.
     fn pump(&mut self, now: u64) {
         while let Some(src) = self.ready.pop_front() {
-            self.sources[src as usize].in_ready = false;
+            self.src_mut(src).in_ready = false;
             loop {
-                let Some(idx) = self.queues.peek(src) else {
+                let Some(idx) = self.flows.peek(src) else {
                     // Nothing to send: a resumed source hands its reserved slot on.
-                    if let Some(next) = self.adm.idle(src) {
+                    if let Some(next) = self.flows.idle(src) {
                         self.wake(next);
                     }
                     break;
@@ -389,19 +403,22 @@ impl Pipeline {
                     break;
                 };
                 let rank = self.rank_of(src, &desc.pkt);
-                if self.adm.offer(src, rank) != Verdict::Admit {
+                if self.flows.offer(src, rank) != Verdict::Admit {
                     break;
                 }
-                self.queues.pop(src);
+                self.flows.pop(src);
                 self.admit(now, src, idx, desc);
             }
         }
-        self.stats.buffer_high = self.stats.buffer_high.max(self.adm.occupancy());
+        self.stats.buffer_high = self
+            .stats
+            .buffer_high
+            .max(self.flows.admission().occupancy());
     }
 
     /// Hand an admitted packet to the scheduler.
     fn admit(&mut self, now: u64, src: u32, idx: u32, mut desc: Desc) {
-        desc.ticket = self.comp.admit(src, u64::from(idx));
+        desc.ticket = self.flows.admit(src, u64::from(idx));
         self.descs[idx as usize] = Some(desc);
         let mut p = desc.pkt;
         p.token = u64::from(idx);
@@ -424,22 +441,22 @@ impl Pipeline {
     fn leave(&mut self, src: u32, idx: u32, outcome: Outcome) -> Option<Packet> {
         let desc = self.descs[idx as usize].take()?;
         if let Some(t) = desc.ticket {
-            let _ = self.comp.complete(t, outcome);
+            let _ = self.flows.complete(t, outcome);
         }
         self.free_descs.push(idx);
-        if let Some(next) = self.adm.departed(src) {
+        if let Some(next) = self.flows.departed(src) {
             self.wake(next);
         }
         self.wake(src);
-        self.sources[src as usize].held -= 1;
+        self.src_mut(src).held -= 1;
         Some(desc.pkt)
     }
 
     /// Forget a source that holds nothing (its id goes back to the free list).
     fn forget_if_idle(&mut self, src: u32) {
-        let s = self.sources[src as usize];
-        if s.held == 0 && !s.in_ready && !self.adm.is_paused(src) && self.adm.queued(src) == 0 {
-            self.by_key.remove(&s.key);
+        let s = self.src(src);
+        if s.held == 0 && !s.in_ready && !self.flows.is_paused(src) && self.flows.queued(src) == 0 {
+            self.by_key.remove(&self.keys[src as usize]);
             self.free_sources.push(src);
         }
     }
@@ -451,13 +468,8 @@ impl Pipeline {
         let d = self.sched.dequeue(now)?;
         // Each departure resumes a paused source: start loading the state of the one resumed a
         // few departures from now, so its cache misses overlap the work in between.
-        if let Some(f) = self.adm.upcoming(PREFETCH_AHEAD) {
-            self.adm.prefetch(f);
-            self.queues.prefetch(f);
-            self.comp.prefetch(f);
-            if let Some(s) = self.sources.get(f as usize) {
-                std::hint::black_box(s.held);
-            }
+        if let Some(f) = self.flows.upcoming(PREFETCH_AHEAD) {
+            self.flows.prefetch(f);
         }
         let idx = d.token as u32;
         let src = self.descs.get(idx as usize).copied().flatten()?.src;
@@ -466,7 +478,7 @@ impl Pipeline {
         self.pump(now);
         // A source that holds nothing more is forgotten once it is neither paused nor owed a
         // slot (pump may have handed it one).
-        let s = self.sources[src as usize];
+        let s = self.src(src);
         if s.held == 0 && !s.in_ready {
             self.forget_if_idle(src);
         }
@@ -480,29 +492,30 @@ impl Pipeline {
 
     /// Check the invariants across the parts; for tests. O(sources).
     pub fn check(&self) {
-        self.adm.check();
+        self.flows.check();
+        let adm = self.flows.admission();
         assert!(
-            self.adm.occupancy() <= self.adm.capacity(),
+            adm.occupancy() <= adm.capacity(),
             "scheduled buffer over capacity"
         );
         assert_eq!(
-            self.adm.occupancy(),
-            self.comp.len(),
+            adm.occupancy(),
+            self.flows.completions().len(),
             "every packet in the buffer is in flight once"
         );
         assert_eq!(
-            self.adm.occupancy(),
+            adm.occupancy(),
             self.sched.len(),
             "the buffer is the scheduler"
         );
         assert!(
-            self.queues.pool().packets() <= self.queues.pool().max_packets(),
+            self.queues().pool().packets() <= self.queues().pool().max_packets(),
             "memory bound"
         );
         let held: usize = self
             .by_key
             .values()
-            .map(|&s| self.sources[s as usize].held as usize)
+            .map(|&s| self.src(s).held as usize)
             .sum();
         assert_eq!(held, self.len());
     }

@@ -106,7 +106,10 @@ fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
     );
     let mem = std::fs::read_to_string(dir.join("bench-flow-memory.csv")).unwrap();
     assert!(mem.starts_with("state,flows,bytes_per_idle_flow,bytes_per_active_flow\n"));
-    assert!(mem.contains("dpfq FlowQueue + length,65536,"), "{mem}");
+    assert!(
+        mem.contains("flow record (admission; DPFQ queue; in flight) + paused-queue room,65536,"),
+        "{mem}"
+    );
     let svg = std::fs::read_to_string(dir.join("bench-flow.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("poll_all") && svg.contains("admission"));
     std::fs::remove_dir_all(dir).ok();
@@ -143,7 +146,7 @@ fn bench_flow_tables_show_ratios_and_memory() {
         "ns/packet",
         "vs 500",
         "per-flow memory",
-        "admission source + paused-queue room",
+        "flow record (admission, DPFQ queue, in flight) + paused-queue room",
         "total: pipeline per source",
     ] {
         assert!(stdout.contains(needle), "missing `{needle}`:\n{stdout}");

@@ -44,10 +44,11 @@ use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde::Serialize;
-use sluice_flow::admission::{Admission, AdmissionConfig, Verdict};
-use sluice_flow::completion::{Completions, Outcome, Ticket};
+use sluice_flow::admission::{AdmissionConfig, Verdict};
+use sluice_flow::completion::{Outcome, Ticket};
 use sluice_flow::doorbell::{DoorbellEngine, LocalRing, PollAllEngine};
-use sluice_flow::dpfq::{Dpfq, FlowQueue, INLINE, RingPool};
+use sluice_flow::dpfq::{FlowQueue, INLINE, RingPool};
+use sluice_flow::flows::{FlowRecord, FlowTable};
 use sluice_flow::pipeline::{Pipeline, PipelineConfig};
 use sluice_queue::workload::Rng;
 use sluice_sched::{NodeSpec, PolicyKind, SchedConfig, Scheduler, TreeBuilder};
@@ -359,9 +360,8 @@ impl Runner for PollAllRunner {
 /// stands in for the real one.
 struct AdmissionRunner {
     flows: usize,
-    queues: Dpfq,
-    adm: Admission,
-    comp: Completions,
+    /// Admission, DPFQ and completions over one record per flow, as in the pipeline.
+    t: FlowTable,
     /// The trivial scheduler: (source, completion ticket), oldest first.
     fifo: VecDeque<(u32, Ticket)>,
     next_item: u32,
@@ -374,13 +374,11 @@ impl AdmissionRunner {
     fn new(flows: usize) -> anyhow::Result<Self> {
         let pool = RingPool::new(flows + BUFFER, RING_SLOTS, flows + BUFFER)
             .context("building the ring pool")?;
-        let adm = Admission::new(AdmissionConfig::new(BUFFER, flows))
+        let t = FlowTable::new(AdmissionConfig::new(BUFFER, flows), pool, 2)
             .context("building the admission regulator")?;
         let mut r = AdmissionRunner {
             flows,
-            queues: Dpfq::new(pool, flows),
-            adm,
-            comp: Completions::new(BUFFER, flows, 2),
+            t,
             fifo: VecDeque::with_capacity(BUFFER),
             next_item: 0,
             sent: 0,
@@ -406,7 +404,7 @@ impl AdmissionRunner {
     fn ingress(&mut self, src: u32) {
         let item = self.next_item;
         self.next_item = self.next_item.wrapping_add(1);
-        if self.queues.push(src, item).is_err() {
+        if self.t.push(src, item).is_err() {
             self.errors += 1;
             return;
         }
@@ -419,8 +417,8 @@ impl AdmissionRunner {
     #[inline]
     fn pump(&mut self, mut s: u32) {
         loop {
-            let Some(item) = self.queues.peek(s) else {
-                match self.adm.idle(s) {
+            let Some(item) = self.t.peek(s) else {
+                match self.t.idle(s) {
                     Some(next) => {
                         s = next;
                         continue;
@@ -428,11 +426,11 @@ impl AdmissionRunner {
                     None => return,
                 }
             };
-            if self.adm.offer(s, 0) != Verdict::Admit {
+            if self.t.offer(s, 0) != Verdict::Admit {
                 return;
             }
-            self.queues.pop(s);
-            match self.comp.admit(s, u64::from(item)) {
+            self.t.pop(s);
+            match self.t.admit(s, u64::from(item)) {
                 Some(t) => self.fifo.push_back((s, t)),
                 None => self.errors += 1,
             }
@@ -447,16 +445,14 @@ impl AdmissionRunner {
         };
         // As `Pipeline::egress` does: start loading the state of the source resumed a few
         // departures from now, so that its cache misses overlap this packet's work.
-        if let Some(f) = self.adm.upcoming(PREFETCH_AHEAD) {
-            self.adm.prefetch(f);
-            self.queues.prefetch(f);
-            self.comp.prefetch(f);
+        if let Some(f) = self.t.upcoming(PREFETCH_AHEAD) {
+            self.t.prefetch(f);
         }
-        match self.comp.complete(t, Outcome::Sent) {
+        match self.t.complete(t, Outcome::Sent) {
             Ok(c) => self.sum = self.sum.wrapping_add(c.token),
             Err(_) => self.errors += 1,
         }
-        if let Some(next) = self.adm.departed(src) {
+        if let Some(next) = self.t.departed(src) {
             self.pump(next);
         }
         self.sent += 1;
@@ -479,10 +475,10 @@ impl Runner for AdmissionRunner {
         let paused = self.flows.saturating_sub(BUFFER);
         let ok = self.errors == 0
             && self.fifo.len() == BUFFER.min(self.flows)
-            && self.comp.len() == self.fifo.len()
-            && self.adm.occupancy() == self.fifo.len()
-            && self.adm.paused() == paused
-            && self.queues.packets() == paused;
+            && self.t.completions().len() == self.fifo.len()
+            && self.t.admission().occupancy() == self.fifo.len()
+            && self.t.admission().paused() == paused
+            && self.t.queues().packets() == paused;
         if !ok {
             bail!(
                 "admission loop at {} flows left its steady state: {} errors, {} in the FIFO, \
@@ -490,9 +486,9 @@ impl Runner for AdmissionRunner {
                 self.flows,
                 self.errors,
                 self.fifo.len(),
-                self.comp.len(),
-                self.adm.paused(),
-                self.queues.packets()
+                self.t.completions().len(),
+                self.t.admission().paused(),
+                self.t.queues().packets()
             );
         }
         Ok(())
@@ -595,14 +591,13 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     const PACKETS: usize = 4096;
     let small = PACKETS.min(flows / 2);
     let mut held = Vec::new();
-    let dpfq = slope(small, flows, &mut held, |n| {
-        Ok(Dpfq::new(RingPool::new(1, RING_SLOTS, 1)?, n))
-    })?;
-    let adm = slope(small, flows, &mut held, |n| {
-        Ok(Admission::new(AdmissionConfig::new(BUFFER, n))?)
-    })?;
-    let comp = slope(small, flows, &mut held, |n| {
-        Ok(Completions::new(BUFFER, n, 2))
+    let table = slope(small, flows, &mut held, |n| {
+        let pool = RingPool::new(1, RING_SLOTS, 1)?;
+        Ok(FlowTable::<()>::new(
+            AdmissionConfig::new(BUFFER, n),
+            pool,
+            2,
+        )?)
     })?;
     let ring = slope(small, flows, &mut held, |n| {
         Ok(RingPool::new(n, RING_SLOTS, n)?)
@@ -620,10 +615,7 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     let desc = slope(small, flows, &mut held, |n| build(1, n))?;
     drop(held);
     // The pipeline's own tables: its slope minus the parts measured alone.
-    let own = match (pipeline, dpfq, adm, comp) {
-        (Some(p), Some(d), Some(a), Some(c)) => Some(p - d - a - c),
-        _ => None,
-    };
+    let own = pipeline.zip(table).map(|(p, t)| p - t);
     let ring_bytes = std::mem::size_of::<u32>() * RING_SLOTS;
     let desc_only = desc.zip(ring).map(|(d, r)| d - r / RING_SLOTS as f64);
     let sum = |xs: &[Option<f64>]| xs.iter().copied().sum::<Option<f64>>();
@@ -632,11 +624,13 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     let active_total = sum(&[pipeline, desc_only]);
     Ok(vec![
         MemRow {
-            what: "dpfq FlowQueue + length",
-            idle: dpfq,
-            active: dpfq,
+            what: "flow record (admission, DPFQ queue, in flight) + paused-queue room",
+            idle: table,
+            active: table,
             how: format!(
-                "size_of {}, length and {INLINE} packets inline",
+                "FlowTable::new: one {} B line per flow (queue head, length and {INLINE} packets \
+                 inline: {} B), 4 B of paused FIFO",
+                std::mem::size_of::<FlowRecord<()>>(),
                 std::mem::size_of::<FlowQueue>()
             ),
         },
@@ -652,22 +646,10 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
             ),
         },
         MemRow {
-            what: "admission source + paused-queue room",
-            idle: adm,
-            active: adm,
-            how: "Admission::new, reserved".into(),
-        },
-        MemRow {
-            what: "completion in-flight counter",
-            idle: comp,
-            active: comp,
-            how: "size_of 4".into(),
-        },
-        MemRow {
-            what: "pipeline source table (Source, key map, lists)",
+            what: "pipeline source table (key, key map, lists)",
             idle: own,
             active: own,
-            how: "Pipeline::new slope minus the three above".into(),
+            how: "Pipeline::new slope minus the flow records".into(),
         },
         MemRow {
             what: "packet descriptor (per packet, not per flow)",
