@@ -275,7 +275,13 @@ impl OracleTree {
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
             let node = &mut self.nodes[n as usize];
-            match arrive_at_gate(node.gate.as_mut(), &mut node.line, meta.len, now) {
+            // The root's gate is the link: it charges the packet that leaves, at dequeue.
+            let gate = if node.parent.is_none() {
+                None
+            } else {
+                node.gate.as_mut()
+            };
+            match arrive_at_gate(gate, &mut node.line, meta.len, now) {
                 None => {}
                 Some(None) => return node.line.waiting.push_back(Wait::Node(n, *meta)),
                 Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta)),
@@ -344,7 +350,7 @@ impl OracleTree {
     /// The next departure at `now` (same contract as [`crate::Scheduler::dequeue`]).
     pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
         self.release_due(now);
-        if self.ready == 0 {
+        if self.ready == 0 || self.nodes[0].gate.is_some_and(|g| g.next_free() > now) {
             return None;
         }
         self.ready -= 1;
@@ -418,6 +424,9 @@ impl OracleTree {
                 }
             }
         }
+        if let Some(g) = self.nodes[0].gate.as_mut() {
+            g.stamp(now, meta.len);
+        }
         self.held -= 1;
         let f = &self.flows[meta.flow as usize];
         Some(Dequeued {
@@ -431,11 +440,13 @@ impl OracleTree {
 
     /// When something may next be dequeued (same contract as the scheduler's).
     pub fn next_event(&self, now: u64) -> Option<u64> {
-        if self.ready > 0 {
+        let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
+        let ready_at = if self.ready > 0 {
             Some(now)
         } else {
-            self.shaper.next_deadline().map(|t| t.max(now))
-        }
+            self.shaper.next_deadline()
+        };
+        ready_at.map(|t| t.max(link_free).max(now))
     }
 
     /// The key model of node `n`'s first queue (for tests).

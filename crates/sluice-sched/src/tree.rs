@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   enqueue ─> classify to a leaf ─> its flow ─> [flow gate] ─> leaf ─> [leaf gate] ─> parent
-//!              ─> ... ─> root ─> [root gate] ─> ready ─> dequeue
+//!              ─> ... ─> root ─> ready ─> dequeue [root gate]
 //! ```
 //!
 //! A node is *given* a packet when one becomes available below it. It then holds an entry for
@@ -14,7 +14,14 @@
 //! gate (a rate limit), the gate stamps a release time (Carousel timestamping) and, if that is
 //! in the future, a record waits in the **one shaper**, a timing wheel shared by the whole tree;
 //! when the shaper releases it, the packet continues to the parent (Eiffel Fig. 4.8). A flow's
-//! pacing rate is a gate in front of its leaf. The root's gate is the link.
+//! pacing rate is a gate in front of its leaf.
+//!
+//! The root's gate is the link, and it charges the packet that leaves: `dequeue` sends nothing
+//! while the gate's last timestamp is ahead of `now`, and stamps the length of the packet it
+//! sends. (Stamping arrivals instead, as the other gates do, lets the root's policy send other
+//! packets than the ones stamped: with fq over frames of 1.5 to 64 KB and thousands queued, a
+//! 100 ms window went 3% over the rate. Below the root the same holds for a gate over a
+//! reordering subtree: its rate is exact over time, within the subtree's backlog per window.)
 //!
 //! `dequeue` first lets the shaper release everything due, then walks from the root down: a
 //! per-packet node pops its first entry and follows it; a per-member node picks its first member
@@ -284,8 +291,10 @@ pub struct Scheduler {
     shaper_spec: QueueSpec,
     horizon_ns: u64,
     beyond_horizon: Overflow,
-    /// Packets released by the root (and its gate), ready to leave.
+    /// Packets given to the root, ready to leave (through the root's gate, at dequeue).
     ready: u32,
+    /// A dequeue found the root's gate closed since the last packet left (for its `shaped`).
+    root_waited: bool,
     stats: SchedStats,
     /// The way down of the current dequeue (kept here so that no dequeue initializes it).
     path: [Step; MAX_DEPTH],
@@ -324,6 +333,7 @@ impl Scheduler {
             horizon_ns,
             beyond_horizon,
             ready: 0,
+            root_waited: false,
             stats: SchedStats::default(),
             path: [Step {
                 node: 0,
@@ -486,6 +496,9 @@ impl Scheduler {
     /// gate's line, or wait in the shaper (then it is the line's one packet in flight)?
     fn at_gate(&mut self, n: NodeId, len: u32, now: u64) -> Verdict {
         let node = &mut self.nodes[n as usize];
+        if node.parent.is_none() {
+            return Verdict::Pass; // the root's gate acts at dequeue
+        }
         let Some(gate) = node.gate.as_mut() else {
             return Verdict::Pass;
         };
@@ -716,17 +729,23 @@ impl Scheduler {
     /// When something may next be dequeued: `now` if a packet is ready, else the shaper's next
     /// release, or `None` if nothing is held. A host sleeps until then.
     pub fn next_event(&self, now: u64) -> Option<u64> {
-        if self.ready > 0 {
+        let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
+        let ready_at = if self.ready > 0 {
             Some(now)
         } else {
-            self.shaper.next_deadline().map(|t| t.max(now))
-        }
+            self.shaper.next_deadline()
+        };
+        ready_at.map(|t| t.max(link_free).max(now))
     }
 
     /// Take the next packet to send at `now`, if any is ready.
     pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
         self.release_due(now);
         if self.ready == 0 {
+            return None;
+        }
+        if self.nodes[0].gate.is_some_and(|g| g.next_free() > now) {
+            self.root_waited = true;
             return None;
         }
         self.ready -= 1;
@@ -766,6 +785,13 @@ impl Scheduler {
             };
         };
         let meta = self.packets.items[pkt as usize].meta;
+        let root = &mut self.nodes[0];
+        if let Some(g) = root.gate.as_mut() {
+            g.stamp(now, meta.len);
+            if std::mem::take(&mut self.root_waited) {
+                root.stats.shaped += 1;
+            }
+        }
         for d in (0..depth).rev() {
             let step = self.path[d];
             self.account(&step, &meta, now);
