@@ -4,7 +4,8 @@
 //! - **Counters.** A sampler thread joins the receiving namespace (`setns`) and reads
 //!   `/proc/thread-self/net/dev`, which shows the thread's own namespace, at fixed instants
 //!   `start + k * interval` (sleeping to each; the instant actually read is recorded, so a
-//!   late wake-up shortens one interval and lengthens the next without biasing the rates).
+//!   late wake-up shortens one interval and lengthens the next without biasing the rates; a
+//!   read preempted half-way is repeated, see [`read_timed`]).
 //! - **TCP counters.** `/proc/thread-self/net/{snmp,netstat}` read the same way, for the
 //!   diagnostics line each run prints (retransmissions by cause, reordering).
 //! - **CPU.** `/proc/stat`'s `cpu` line (softirq and all busy time, every CPU) and
@@ -83,9 +84,7 @@ fn sample_loop(
     let mut out = Vec::with_capacity(steps as usize + 1);
     for k in 0..=steps {
         procs::sleep_until(start + interval * k)?;
-        let text = std::fs::read_to_string("/proc/thread-self/net/dev")
-            .context("cannot read /proc/thread-self/net/dev")?;
-        let t_ns = start.elapsed().as_nanos() as u64;
+        let (t_ns, text) = read_timed(start)?;
         let (rx_bytes, rx_packets) = parse_net_dev(&text, ifname)?;
         out.push(Sample {
             t_ns,
@@ -94,6 +93,38 @@ fn sample_loop(
         });
     }
     Ok(out)
+}
+
+/// A read of the counters slower than this was interrupted (the thread was preempted): its
+/// instant is uncertain by that much, so it is read again.
+const READ_SLACK: Duration = Duration::from_micros(100);
+
+/// Reads of the counters tried per sample, at most.
+const READ_TRIES: u32 = 20;
+
+/// `/proc/thread-self/net/dev` and the instant it was read (ns since `start`, the middle of
+/// the read). On a busy machine the thread can be preempted between reading the clock and
+/// the counters, which skews one 100 ms interval by the delay (5 ms: 5%) and its neighbour the
+/// other way; so the read is timed on both sides and repeated while it took longer than
+/// [`READ_SLACK`] (keeping the tightest of [`READ_TRIES`]).
+fn read_timed(start: Instant) -> anyhow::Result<(u64, String)> {
+    let mut best: Option<(Duration, u64, String)> = None;
+    for _ in 0..READ_TRIES {
+        let before = start.elapsed();
+        let text = std::fs::read_to_string("/proc/thread-self/net/dev")
+            .context("cannot read /proc/thread-self/net/dev")?;
+        let after = start.elapsed();
+        let took = after.saturating_sub(before);
+        let mid = ((before + after) / 2).as_nanos() as u64;
+        if best.as_ref().is_none_or(|(t, _, _)| took < *t) {
+            best = Some((took, mid, text));
+        }
+        if took <= READ_SLACK {
+            break;
+        }
+    }
+    let (_, t_ns, text) = best.ok_or_else(|| anyhow!("no read of the counters"))?;
+    Ok((t_ns, text))
 }
 
 /// Every `Prefix: name ...` / `Prefix: value ...` pair of lines (the format of
