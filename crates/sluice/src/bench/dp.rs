@@ -358,11 +358,14 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
         Err(e) if e.downcast_ref::<procs::Interrupted>().is_none() => {
             eprintln!("sluice bench dp: logs kept in {}", dir.display());
         }
+        Ok((_, failed)) if !failed.is_empty() => {
+            eprintln!("sluice bench dp: logs kept in {}", dir.display());
+        }
         _ => {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    let outcomes = result?;
+    let (outcomes, failed) = result?;
     if let Some(out) = &args.samples {
         write_samples(out, &outcomes)?;
     }
@@ -375,7 +378,39 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
     } else {
         print_report(&outcomes, &plan, &load);
     }
+    if !failed.is_empty() {
+        for f in &failed {
+            eprintln!("sluice bench dp: failed: {f}");
+        }
+        bail!(
+            "{} of {} runs failed (each is listed above, with its logs)",
+            failed.len(),
+            failed.len() + outcomes.len()
+        );
+    }
     Ok(())
+}
+
+/// A run that ended in an error (a connection that died, a missing report): the other runs go
+/// on, and the bench lists it and exits non-zero at the end.
+struct FailedRun {
+    shaper: Shaper,
+    flows: usize,
+    target_bps: u64,
+    reason: String,
+}
+
+impl std::fmt::Display for FailedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} with {} flow(s) at {}: {}",
+            self.shaper.name(),
+            self.flows,
+            mbit(self.target_bps),
+            self.reason
+        )
+    }
 }
 
 /// Every run's 100 ms rates as CSV.
@@ -419,7 +454,7 @@ fn run_all(
     names: &Names,
     dir: &Path,
     json: bool,
-) -> anyhow::Result<Vec<Outcome>> {
+) -> anyhow::Result<(Vec<Outcome>, Vec<FailedRun>)> {
     let total = plan.targets.len() * plan.flows.len() * plan.shapers.len();
     let per_run = plan.warmup + plan.window + TAIL + SETTLE;
     eprintln!(
@@ -429,6 +464,7 @@ fn run_all(
         (per_run.as_secs_f64() * total as f64 / 60.0).ceil()
     );
     let mut outcomes = Vec::with_capacity(total);
+    let mut failed = Vec::new();
     for &target in &plan.targets {
         let tdir = dir.join(format!("{}mbit", target / 1_000_000));
         std::fs::create_dir_all(&tdir)
@@ -439,17 +475,29 @@ fn run_all(
             for &shaper in &plan.shapers {
                 eprintln!(
                     "[{}/{total}] {} {flows} flow(s) at {}",
-                    outcomes.len() + 1,
+                    outcomes.len() + failed.len() + 1,
                     shaper.name(),
                     mbit(target)
                 );
                 let rdir = tdir.join(format!("{}-{flows}", shaper.name()));
                 std::fs::create_dir_all(&rdir)
                     .with_context(|| format!("cannot create {}", rdir.display()))?;
-                let o =
-                    run_one(&mut topo, shaper, flows, target, plan, &rdir).with_context(|| {
-                        format!("{} with {flows} flow(s) at {}", shaper.name(), mbit(target))
-                    })?;
+                let o = match run_one(&mut topo, shaper, flows, target, plan, &rdir) {
+                    Ok(o) => o,
+                    Err(e) if e.downcast_ref::<procs::Interrupted>().is_some() => return Err(e),
+                    Err(e) => {
+                        let reason = format!("{e:#}");
+                        eprintln!("    failed: {reason}");
+                        failed.push(FailedRun {
+                            shaper,
+                            flows,
+                            target_bps: target,
+                            reason,
+                        });
+                        procs::sleep_until(Instant::now() + SETTLE)?;
+                        continue;
+                    }
+                };
                 eprintln!(
                     "    {:.1} Mbit/s, err {:.2}%, {} retransmitted; tcp: {}",
                     o.achieved_bps / 1e6,
@@ -467,7 +515,7 @@ fn run_all(
             }
         }
     }
-    Ok(outcomes)
+    Ok((outcomes, failed))
 }
 
 fn mbit(bps: u64) -> String {
