@@ -5,7 +5,8 @@
 //! mode = "event"              # "event": sleep until the next frame or release (idle: ~0% CPU)
 //!                             # "busy": poll without sleeping (lowest latency, one core)
 //! engines = 1                 # per-core engines (flows hashed to engines)
-//! memory = "256MiB"           # frames held at most (the global memory bound)
+//! memory = "256MiB"           # frame buffers: the global memory bound (3/4 in 64 KiB buffers,
+//!                             #   1/4 in 4 KiB ones for small frames)
 //! at_bound = "pause"          # lossless: stop reading until frames leave; "drop": drop, counted
 //! metrics = "127.0.0.1:9464"  # Prometheus text endpoint (omit to disable)
 //! control = "/run/sluice/demo.sock"  # Unix control socket, mode 0600 (omit to disable)
@@ -122,8 +123,8 @@ pub struct Config {
     pub mode: Mode,
     /// Engines.
     pub engines: usize,
-    /// Frame buffers (memory / buffer size).
-    pub buffers: usize,
+    /// Bytes of frame buffers, the global memory bound (see [`crate::buffers`]).
+    pub memory: usize,
     /// Action at the bound.
     pub at_bound: AtBound,
     /// Prometheus endpoint.
@@ -285,11 +286,10 @@ impl Config {
                 ));
             }
         };
-        let buffers = memory / crate::buffers::BUF_SIZE as u64;
-        if !(16..=1 << 20).contains(&buffers) {
+        if !(crate::buffers::MIN_MEMORY as u64..=64 << 30).contains(&memory) {
             return Err(invalid(
-                format!("[daemon] memory = {memory} bytes holds {buffers} frames of 64 KiB"),
-                "between 1MiB and 64GiB (16 to 1048576 frames)",
+                format!("[daemon] memory = {memory} bytes"),
+                "between 2MiB and 64GiB",
             ));
         }
         let at_bound = match d.at_bound.as_deref().unwrap_or("pause") {
@@ -506,7 +506,7 @@ impl Config {
         Ok(Config {
             mode,
             engines: engines as usize,
-            buffers: buffers as usize,
+            memory: memory as usize,
             at_bound,
             metrics,
             control,
@@ -563,7 +563,7 @@ to = "a"
     fn a_good_file() {
         let c = Config::parse(GOOD, "d.toml", Path::new("/etc/sluice")).unwrap();
         assert_eq!(c.mode, Mode::Event);
-        assert_eq!(c.buffers, (64 << 20) / crate::buffers::BUF_SIZE);
+        assert_eq!(c.memory, 64 << 20);
         assert_eq!(c.ports.len(), 2);
         assert_eq!(c.ports[0].delay_ns, 5_000_000);
         assert!(c.ports[0].ifname.starts_with("sl"));
@@ -608,7 +608,7 @@ to = "a"
             ),
             (
                 GOOD.replace("memory = \"64MiB\"", "memory = \"1KB\""),
-                "16 to 1048576 frames",
+                "between 2MiB and 64GiB",
             ),
             (GOOD.replace("127.0.0.1:9464", "0.0.0.0:9464"), "loopback"),
             (

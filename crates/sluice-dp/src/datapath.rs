@@ -69,8 +69,8 @@ pub struct LinkSpec {
 /// Datapath settings.
 #[derive(Clone, Copy, Debug)]
 pub struct DatapathConfig {
-    /// Frame buffers (the memory bound).
-    pub buffers: usize,
+    /// Bytes of frame buffers (the memory bound; see [`Buffers::with_memory`]).
+    pub memory: usize,
     /// Action at the bound.
     pub at_bound: AtBound,
     /// Malformed frames.
@@ -144,7 +144,9 @@ impl Datapath {
         cfg: DatapathConfig,
     ) -> Result<Self, DatapathError> {
         let n = ports.len();
-        let pool = RingPool::new(cfg.buffers.div_ceil(16) + 1024, 16, cfg.buffers)?;
+        let buffers = Buffers::with_memory(cfg.memory);
+        let frames = buffers.count();
+        let pool = RingPool::new(frames.div_ceil(16) + 1024, 16, frames)?;
         let mut link_of = vec![None; n];
         let mut built = Vec::with_capacity(links.len());
         for (i, l) in links.into_iter().enumerate() {
@@ -161,7 +163,7 @@ impl Datapath {
                     AtBound::Pause => BoundAction::Pause,
                     AtBound::Drop => BoundAction::Drop,
                 },
-                ..PipelineConfig::new(sources, scheduled, cfg.buffers)
+                ..PipelineConfig::new(sources, scheduled, frames)
             };
             let pipeline =
                 Pipeline::with_pool(l.scheduler, pcfg, pool.clone()).map_err(|source| {
@@ -196,7 +198,7 @@ impl Datapath {
             names,
             links: built,
             link_of,
-            buffers: Buffers::new(cfg.buffers),
+            buffers,
             scratch: vec![0; BUF_SIZE],
             at_bound: cfg.at_bound,
             malformed: cfg.malformed,
@@ -233,12 +235,12 @@ impl Datapath {
     }
 
     /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
-    /// for room, and a buffer is free (or frames are dropped at the bound). An event-driven
+    /// for room, and a large buffer is free to read into (or frames are dropped at the bound). An event-driven
     /// host stops waiting for `p`'s frames while this is false, and looks again after a step.
     pub fn wants_read(&self, p: usize) -> bool {
         self.link_of.get(p).is_some_and(Option::is_some)
             && self.held.get(p).is_some_and(Option::is_none)
-            && (self.buffers.available() > 0 || self.at_bound == AtBound::Drop)
+            && (self.buffers.can_read() || self.at_bound == AtBound::Drop)
     }
 
     /// Frames held anywhere in the datapath (buffers in use).
@@ -298,6 +300,7 @@ impl Datapath {
             match self.ports[p].recv(self.buffers.space(buf)) {
                 Ok(Some(len)) => {
                     self.buffers.set_len(buf, len);
+                    let buf = self.buffers.shrink(buf);
                     moved = true;
                     let Some(pkt) = self.classify(buf, now) else {
                         self.buffers.give(buf);
@@ -662,5 +665,147 @@ fn label(h: &Headers) -> String {
             }
         }
         _ => "non-ip".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffers::SMALL_SIZE;
+    use crate::port::PortCounters;
+    use std::sync::{Arc, Mutex};
+
+    /// A port that delivers a script of frames and keeps what is sent to it.
+    struct Scripted {
+        to_read: VecDeque<Vec<u8>>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Port for Scripted {
+        fn ifname(&self) -> &str {
+            "scripted"
+        }
+        fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(self.to_read.pop_front().map(|f| {
+                buf[..f.len()].copy_from_slice(&f);
+                f.len()
+            }))
+        }
+        fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+            self.sent.lock().unwrap().push(frame.to_vec());
+            Ok(())
+        }
+        fn fd(&self) -> std::os::fd::RawFd {
+            -1
+        }
+        fn counters(&self) -> PortCounters {
+            PortCounters::default()
+        }
+    }
+
+    /// A virtio-net header and an Ethernet/IPv4/TCP frame from source port `sport` carrying
+    /// `payload` bytes (whose content is `fill`).
+    fn tcp_frame(sport: u16, payload: usize, fill: u8) -> Vec<u8> {
+        let mut f = vec![0u8; VNET_HDR_LEN];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        let total = (40 + payload) as u16;
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 77, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 77, 0, 2]);
+        f.extend_from_slice(&ip);
+        let mut tcp = [0u8; 20];
+        tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+        tcp[2..4].copy_from_slice(&5201u16.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = 0x10;
+        f.extend_from_slice(&tcp);
+        f.extend(std::iter::repeat_n(fill, payload));
+        f
+    }
+
+    /// A datapath from a scripted port 0 to port 1 through `policy`, with `memory` bytes of
+    /// buffers; also what port 1 is sent.
+    fn scripted(
+        frames: Vec<Vec<u8>>,
+        policy: &str,
+        memory: usize,
+    ) -> (Datapath, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let port = |to_read| -> Box<dyn Port> {
+            Box::new(Scripted {
+                to_read,
+                sent: sent.clone(),
+            })
+        };
+        let ports = vec![port(frames.into()), port(VecDeque::new())];
+        let link = LinkSpec {
+            from: 0,
+            to: 1,
+            scheduler: sluice_sched::config::build_str(policy, "test").unwrap(),
+            policy: None,
+        };
+        let cfg = DatapathConfig {
+            memory,
+            at_bound: AtBound::Pause,
+            malformed: Malformed::Drop,
+            scheduled: 4096,
+            ecn: None,
+        };
+        let dp =
+            Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap();
+        (dp, sent)
+    }
+
+    const FIFO: &str =
+        "[scheduler]\ndefault = \"q\"\n\n[[node]]\nname = \"q\"\npolicy = \"fifo\"\n";
+
+    #[test]
+    fn small_and_large_frames_leave_byte_for_byte_in_order() {
+        let frames: Vec<Vec<u8>> = (0..300)
+            .map(|i| {
+                let payload = [10, SMALL_SIZE - 64, SMALL_SIZE + 500, 60_000][i % 4];
+                tcp_frame(40_000, payload, i as u8)
+            })
+            .collect();
+        let (mut dp, sent) = scripted(frames.clone(), FIFO, 4 << 20);
+        for t in 1..1000 {
+            dp.step(t * 1_000_000);
+        }
+        assert_eq!(*sent.lock().unwrap(), frames);
+        assert_eq!(dp.held(), 0, "every buffer is back");
+    }
+
+    #[test]
+    fn small_frames_are_held_beyond_the_large_buffers() {
+        // 47 large buffers and 271 small ones; a rate that lets almost nothing out.
+        let memory = 4 << 20;
+        let (large, small) = Buffers::split(memory);
+        assert!(large < 200 && small > 200);
+        let frames: Vec<Vec<u8>> = (0..200)
+            .map(|i| tcp_frame(40_000 + i, 1448 * 2, 1))
+            .collect();
+        let policy = "[scheduler]\ndefault = \"root\"\n\n[[node]]\nname = \"root\"\n\
+                      policy = \"fq\"\nrate = \"1kbit\"\nburst = \"3KB\"\n";
+        let (mut dp, sent) = scripted(frames, policy, memory);
+        for t in 1..100 {
+            dp.step(t * 1_000);
+        }
+        let sent = sent.lock().unwrap().len();
+        assert!(sent <= 1, "the rate holds them: {sent} sent");
+        assert_eq!(dp.held() + sent, 200, "all read and held by the daemon");
+        assert!(dp.wants_read(0), "large buffers are free to read more");
+        let big: Vec<Vec<u8>> = (0..large + 5)
+            .map(|i| tcp_frame(i as u16, 60_000, 2))
+            .collect();
+        let (mut dp, _) = scripted(big, policy, memory);
+        for t in 1..100 {
+            dp.step(t * 1_000);
+        }
+        assert!(dp.held() <= large, "large frames only fit large buffers");
+        assert!(!dp.wants_read(0), "no large buffer free: reading pauses");
     }
 }

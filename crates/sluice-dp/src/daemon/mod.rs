@@ -286,7 +286,7 @@ fn datapath(
             .collect(),
         links,
         DatapathConfig {
-            buffers: (cfg.buffers / engines).max(16),
+            memory: (cfg.memory / engines).max(crate::buffers::MIN_MEMORY),
             at_bound: cfg.at_bound,
             malformed: cfg.malformed,
             scheduled: SCHEDULED,
