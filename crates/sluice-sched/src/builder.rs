@@ -404,6 +404,11 @@ impl TreeBuilder {
             let cx = ShapeCx {
                 max_len: self.cfg.max_packet,
                 min_weight: member_cfg.iter().map(|m| m.weight).min().unwrap_or(1),
+                min_quantum: member_cfg
+                    .iter()
+                    .map(|m| m.quantum.max(1))
+                    .min()
+                    .unwrap_or(1),
                 min_reservation: member_cfg.iter().filter_map(|m| m.reservation).min(),
                 capacity: self.cfg.capacity.min(u32::MAX as usize) as u32,
             };

@@ -52,26 +52,41 @@ impl Policy for Wfq {
 }
 
 /// Deficit round robin (Shreedhar and Varghese), as ranks: a member's rank is the round it will
-/// be served in. Each turn a member spends its deficit; when it is used up the member moves to
-/// the next round with `quantum` more (so it may overdraw by one packet, as Linux fq does).
+/// be served in. Each turn a member spends its deficit; when it is used up the member gets
+/// `quantum` more per round until the deficit is positive again, and moves that many rounds
+/// ahead: a packet larger than the quantum may overdraw (as Linux fq allows), and its member
+/// then sits out the rounds it owes, so shares stay fair in bytes whatever the packet sizes.
 /// Members in one round leave in the order they joined it. Per member everywhere
-/// (tags: `a` = round, `b` = deficit, signed).
+/// (tags: `a` = round, `b` = deficit, `c` = 1 once it was active).
 #[derive(Debug, Default)]
 pub struct Drr {
     /// The round being served.
     round: u64,
 }
 
+/// Charge `len` bytes to `deficit`: the rounds to move ahead (0 while the deficit stays
+/// positive) and the deficit after them, positive and at most one quantum above what was left.
+fn charge(deficit: u64, len: u32, quantum: u32) -> (u64, u64) {
+    let left = deficit as i64 - i64::from(len);
+    if left > 0 {
+        return (0, left as u64);
+    }
+    let q = i64::from(quantum.max(1));
+    let rounds = -left / q + 1;
+    (rounds as u64, (left + rounds * q) as u64)
+}
+
+/// Rounds a member can move ahead in one charge: what the largest packet overdraws.
+fn max_rounds(cx: &ShapeCx) -> u64 {
+    u64::from(cx.max_len.div_ceil(cx.min_quantum.max(1))).max(1)
+}
+
 impl Drr {
     fn spend(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta) {
         self.round = self.round.max(tags.a);
-        let deficit = tags.b as i64 - i64::from(sent.len);
-        if deficit <= 0 {
-            tags.b = (deficit + i64::from(cfg.quantum.max(1))) as u64;
-            tags.a += 1;
-        } else {
-            tags.b = deficit as u64;
-        }
+        let (rounds, deficit) = charge(tags.b, sent.len, cfg.quantum);
+        tags.a += rounds;
+        tags.b = deficit;
     }
 }
 
@@ -82,15 +97,23 @@ impl Policy for Drr {
     fn mode(&self, _at_leaf: bool) -> Mode {
         Mode::PerMember
     }
-    fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
+    fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
+        // Members sit between the round being served and the furthest a charge moves one.
         RankShape::Moving {
-            span: 4,
+            span: max_rounds(cx) + 2,
             dense: true,
         }
     }
     fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
-        tags.a = self.round;
-        tags.b = u64::from(cfg.quantum.max(1));
+        // A member that becomes active joins the tail of the round robin: the next round, with
+        // a fresh quantum (DRR resets an emptied member's deficit). One that emptied while it
+        // still owed rounds for an overdraft (`c`: it was active before) keeps its place and
+        // deficit: going idle does not clear a debt.
+        if tags.c == 0 || tags.a <= self.round {
+            tags.a = self.round + 1;
+            tags.b = u64::from(cfg.quantum.max(1));
+        }
+        tags.c = 1;
         [tags.a, ABSENT]
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
@@ -99,12 +122,17 @@ impl Policy for Drr {
     }
 }
 
+/// fq's `flow_refill_delay`: a flow idle longer than this is new again (40 ms).
+const FQ_REFILL_DELAY_NS: u64 = 40_000_000;
+
 /// Linux fq's flow scheduling (net/sched/sch_fq.c) as ranks: a flow that becomes active joins
 /// the *new* flows with `initial quantum` credit and is served before *old* flows of the same
-/// round; when its credit is spent it moves to the old flows of the next round with `quantum`
-/// more. Rank = 2 * round + (old ? 1 : 0). Per-flow pacing (fq's `maxrate`, or the packet's own
-/// pacing rate) is the scheduler's flow gate in the shaper, not part of the ranking.
-/// Tags: `a` = rank, `b` = credit (signed).
+/// round; when its credit is spent it moves to the old flows of a later round, `quantum` more
+/// per round, as many rounds as it takes for the credit to be positive again (fq skips a flow
+/// with no credit in each round it visits it, adding a quantum each time). Rank = 2 * round +
+/// (old ? 1 : 0). Per-flow pacing (fq's `maxrate`, or the packet's own pacing rate) is the
+/// scheduler's flow gate in the shaper, not part of the ranking.
+/// Tags: `a` = rank, `b` = credit, `c` = when it was last served + 1 (0: never).
 #[derive(Debug)]
 pub struct Fq {
     /// Half the rank of the flow last served: the current round.
@@ -125,13 +153,11 @@ impl Default for Fq {
 impl Fq {
     fn spend(&mut self, tags: &mut Tags, cfg: &MemberCfg, sent: &Meta) {
         self.round = self.round.max(tags.a / 2);
-        let credit = tags.b as i64 - i64::from(sent.len);
-        if credit <= 0 {
-            tags.b = (credit + i64::from(cfg.quantum.max(1))) as u64;
-            tags.a = 2 * (tags.a / 2 + 1) + 1;
-        } else {
-            tags.b = credit as u64;
+        let (rounds, credit) = charge(tags.b, sent.len, cfg.quantum);
+        if rounds > 0 {
+            tags.a = 2 * (tags.a / 2 + rounds) + 1;
         }
+        tags.b = credit;
     }
 }
 
@@ -142,18 +168,36 @@ impl Policy for Fq {
     fn mode(&self, _at_leaf: bool) -> Mode {
         Mode::PerMember
     }
-    fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
+    fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
+        // Two ranks per round (new, old), from the round being served to the furthest a
+        // charge moves a flow.
         RankShape::Moving {
-            span: 8,
+            span: 2 * (max_rounds(cx) + 2),
             dense: true,
         }
     }
-    fn activate(&mut self, tags: &mut Tags, _: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
-        tags.a = 2 * self.round;
-        tags.b = u64::from(self.initial_quantum);
+    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
+        // As fq_enqueue: a flow that was never served starts with `initial_quantum`; one idle
+        // longer than the refill delay gets at least a quantum; either joins the new flows.
+        // One that emptied more recently keeps its credit and, if it owes rounds for an
+        // overdraft, comes back in the round it owes (fq: negative credit on the new list is
+        // moved to the old flows until a quantum per round pays it).
+        let last_served = tags.c.checked_sub(1);
+        match last_served {
+            None => tags.b = u64::from(self.initial_quantum),
+            Some(t) if now.saturating_sub(t) > FQ_REFILL_DELAY_NS => {
+                tags.b = tags.b.max(u64::from(cfg.quantum.max(1)));
+                tags.a = 2 * self.round;
+            }
+            Some(_) => {}
+        }
+        if last_served.is_none() || tags.a / 2 <= self.round {
+            tags.a = 2 * self.round;
+        }
         [tags.a, ABSENT]
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
+        tags.c = s.now.saturating_add(1);
         self.spend(tags, cfg, s.sent);
         [tags.a, ABSENT]
     }
@@ -164,6 +208,33 @@ impl Policy for Fq {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::charge;
+
+    #[test]
+    fn a_charge_moves_as_many_rounds_as_the_overdraft_takes() {
+        assert_eq!(
+            charge(3028, 100, 3028),
+            (0, 2928),
+            "credit left: same round"
+        );
+        assert_eq!(
+            charge(100, 100, 3028),
+            (1, 3028),
+            "spent exactly: next round"
+        );
+        // 65536 - 3028 = 62508 owed: 21 quanta bring the credit back above zero.
+        assert_eq!(charge(3028, 65536, 3028), (21, 21 * 3028 - 62508));
+        for (credit, len, q) in [(1u64, 1u32, 1u32), (5, 9000, 1500), (1, 1_000_000, 7)] {
+            let (rounds, left) = charge(credit, len, q);
+            let owed = i64::from(len) - credit as i64;
+            assert!(rounds >= 1 && left >= 1 && left <= u64::from(q));
+            assert_eq!(rounds as i64 * i64::from(q) - owed, left as i64);
         }
     }
 }

@@ -140,6 +140,8 @@ pub struct ShapeCx {
     pub max_len: u32,
     /// Smallest member weight.
     pub min_weight: u32,
+    /// Smallest member quantum (DRR, FQ), bytes, at least 1.
+    pub min_quantum: u32,
     /// Smallest reservation among members, if any.
     pub min_reservation: Option<Rate>,
     /// Most packets the scheduler holds.
