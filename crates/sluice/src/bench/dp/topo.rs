@@ -472,7 +472,8 @@ impl Topology {
             .ok_or_else(|| anyhow!("the daemon reports no link from port a"))?;
         let sent_bytes = link.classes.iter().map(|c| c.sent_bytes).sum();
         let drops = snap.drops.values().sum::<u64>()
-            + snap.ports.iter().map(|p| p.kernel_drops).sum::<u64>();
+            + snap.ports.iter().map(|p| p.kernel_drops).sum::<u64>()
+            + self.tap_drops()?;
         Ok(ShaperCounters {
             sent_bytes,
             drops,
@@ -480,6 +481,30 @@ impl Topology {
             at_ns: Some(snap.uptime_ns),
         })
     }
+}
+
+impl Topology {
+    /// Frames the kernel dropped at the taps because the daemon did not read them in time (a
+    /// tap's queue toward the daemon is its TX side: `tx dropped`), counted since they were
+    /// created. The daemon cannot see these; they are losses all the same.
+    fn tap_drops(&self) -> anyhow::Result<u64> {
+        let n = &self.names;
+        let mut total = 0;
+        for (ns, tap) in [(&n.ns_a, &n.tap_a), (&n.ns_b, &n.tap_b)] {
+            let json = procs::output("ip", &["-n", ns, "-s", "-j", "link", "show", "dev", tap])?;
+            total += parse_tx_dropped(&json)?;
+        }
+        Ok(total)
+    }
+}
+
+/// `tx dropped` of the one interface `ip -s -j link show dev X` shows.
+pub fn parse_tx_dropped(json: &str) -> anyhow::Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json).context("ip printed no valid JSON")?;
+    v.get(0)
+        .and_then(|l| l.pointer("/stats64/tx/dropped"))
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| anyhow!("ip shows no stats64.tx.dropped: {json}"))
 }
 
 /// The root qdisc's counters from `tc -s -j qdisc show`.
@@ -607,5 +632,13 @@ mod tests {
         );
         assert!(parse_tc_root("[]").is_err());
         assert!(parse_tc_root("nope").is_err());
+    }
+
+    #[test]
+    fn ip_json_tx_dropped() {
+        let json = r#"[{"ifindex":7,"ifname":"slb1ta","stats64":{"rx":{"bytes":9,"packets":1,"dropped":2},"tx":{"bytes":744531,"packets":5135,"errors":0,"dropped":41}}}]"#;
+        assert_eq!(parse_tx_dropped(json).unwrap(), 41);
+        assert!(parse_tx_dropped("[]").is_err());
+        assert!(parse_tx_dropped("nope").is_err());
     }
 }
