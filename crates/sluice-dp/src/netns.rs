@@ -675,6 +675,18 @@ impl Setup {
         Ok(())
     }
 
+    /// Set the transmit queue length of interface `ifname` (in the calling thread's
+    /// namespace). Not recorded: for interfaces the daemon creates, which vanish with it.
+    pub fn set_txqueuelen(&mut self, ifname: &str, len: u32) -> Result<(), NetnsError> {
+        check_ifname(ifname)?;
+        self.require(None, ifname)?;
+        ip_in(
+            None,
+            &["link", "set", "dev", ifname, "txqueuelen", &len.to_string()],
+        )?;
+        Ok(())
+    }
+
     /// Bring interface `ifname` in namespace `netns` up (recorded only if it was down).
     pub fn link_up(&mut self, netns: Option<&str>, ifname: &str) -> Result<(), NetnsError> {
         check_ifname(ifname)?;

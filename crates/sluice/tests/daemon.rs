@@ -164,6 +164,20 @@ fn traffic_passes_and_is_counted() {
     assert!(class(&s, "b", "fifo").sent >= 3, "replies and ACKs: {s:?}");
     assert_eq!(s.drops.values().sum::<u64>(), 0, "no drops: {s:?}");
 
+    // The tap queues 20 000 frames toward the daemon (the kernel's default 500 overflows
+    // with 1000 TCP flows, each allowed two frames there by TSQ).
+    let links = Command::new("ip")
+        .args(["-n", &a, "-o", "link", "show"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(
+        links
+            .lines()
+            .any(|l| !l.contains("LOOPBACK") && l.contains("qlen 20000")),
+        "the tap in {a} has txqueuelen 20000:\n{links}"
+    );
+
     let top = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["top", "--once", "--interval", "100ms", "--socket"])
         .arg(&ctl)
