@@ -78,9 +78,10 @@ pub struct DpArgs {
     /// Sluice's policy over the flows: fq, drr or wfq.
     #[arg(long, default_value = "fq", value_parser = ["fq", "drr", "wfq"])]
     leaf: String,
-    /// Sluice's burst at the root (a size; default HTB's 100k).
-    #[arg(long, default_value = "100KiB", value_parser = parse_burst)]
-    burst: u64,
+    /// Sluice's burst at the root (a size). Default: TBF's, 256 KiB per Gbit/s of the target
+    /// (2.1 ms of traffic; at least 96 KiB).
+    #[arg(long, value_parser = parse_burst)]
+    burst: Option<u64>,
     /// Extra `[daemon]` settings, KEY=VALUE, repeatable (e.g. --daemon ecn=off
     /// --daemon mode=busy --daemon memory=1GiB).
     #[arg(long = "daemon", value_parser = parse_key_value)]
@@ -919,7 +920,8 @@ mod tests {
                 ("mode".to_string(), "busy".to_string())
             ]
         );
-        assert_eq!(a.burst, 64 * 1024);
+        assert_eq!(a.burst, Some(64 * 1024));
+        assert_eq!(args(&[]).unwrap().burst, None);
     }
 
     #[test]
