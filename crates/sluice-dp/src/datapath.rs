@@ -235,8 +235,9 @@ impl Datapath {
     }
 
     /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
-    /// for room, and a large buffer is free to read into (or frames are dropped at the bound). An event-driven
-    /// host stops waiting for `p`'s frames while this is false, and looks again after a step.
+    /// for room, and a large buffer is free to read into (or frames are dropped at the bound).
+    /// An event-driven host stops waiting for `p`'s frames while this is false, and looks
+    /// again after a step.
     pub fn wants_read(&self, p: usize) -> bool {
         self.link_of.get(p).is_some_and(Option::is_some)
             && self.held.get(p).is_some_and(Option::is_none)

@@ -46,7 +46,6 @@ use supervisor::{AggregateNode, EngineLink, Supervisor};
 /// Frames the scheduled buffer (zD) of every link holds.
 const SCHEDULED: usize = 4096;
 
-/// The policy of a link without a policy file: one FIFO, no limit.
 /// Frames a tap queues toward the daemon (its `txqueuelen`; the kernel's default for a tap
 /// is 500). The senders' TCP small queues let each flow keep about two frames there, so
 /// with 1000 flows 500 overflowed whenever the daemon fell behind, and the kernel dropped
@@ -55,6 +54,7 @@ const SCHEDULED: usize = 4096;
 /// the memory this holds, whatever the length.
 const TAP_TXQUEUELEN: u32 = 20_000;
 
+/// The policy of a link without a policy file: one FIFO, no limit.
 const FIFO_POLICY: &str =
     "[scheduler]\ndefault = \"fifo\"\n\n[[node]]\nname = \"fifo\"\npolicy = \"fifo\"\n";
 

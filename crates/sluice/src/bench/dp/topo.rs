@@ -89,7 +89,8 @@ pub struct SluiceSetup {
     /// shaper needs a burst that covers its own scheduling delays: a gate drops the time it
     /// spends idle beyond its burst, and the daemon, sharing two cores with the senders and
     /// receivers, is preempted for milliseconds. With HTB's 100 KiB (0.8 ms at 1 Gbit/s) the
-    /// daemon delivered 0.1-0.3% below the target; with TBF's 2.1 ms, the target.
+    /// daemon delivered 0.1-1% below 1 Gbit/s and 26% below 5 Gbit/s with 100 flows; with
+    /// TBF's 2.1 ms, within 0.02% and 0.5% (docs/benchmarks.md).
     pub burst_bytes: Option<u64>,
     /// Extra `[daemon]` keys, `key=value`.
     pub daemon_keys: Vec<(String, String)>,
@@ -493,9 +494,7 @@ impl Topology {
             at_ns: Some(snap.uptime_ns),
         })
     }
-}
 
-impl Topology {
     /// Frames the kernel dropped at the taps because the daemon did not read them in time (a
     /// tap's queue toward the daemon is its TX side: `tx dropped`), counted since they were
     /// created. The daemon cannot see these; they are losses all the same.
