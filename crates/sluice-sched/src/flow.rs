@@ -7,13 +7,13 @@
 //! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
 //! (O(1)). A table whose flows all have packets is full: the enqueue is rejected and counted.
 //!
-//! Lookups hash (flow key, leaf) with FxHash into a map reserved at construction, so the table
-//! never allocates after it is built.
+//! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
+//! table never allocates after it is built.
 
+use crate::flow_index::{FlowIndex, hash};
 use crate::gate::Gate;
 use crate::packet::FlowId;
 use crate::policy::Tags;
-use rustc_hash::FxHashMap;
 use sluice_queue::Handle;
 
 pub(crate) const NIL: u32 = u32::MAX;
@@ -58,7 +58,7 @@ const _: () = assert!(std::mem::offset_of!(Flow, gate) == 64);
 
 /// See the module note.
 pub(crate) struct FlowTable {
-    map: FxHashMap<(u64, u16), FlowId>,
+    index: FlowIndex,
     pub flows: Vec<Flow>,
     idle_head: u32,
     idle_tail: u32,
@@ -70,12 +70,11 @@ pub(crate) struct FlowTable {
 impl FlowTable {
     /// A table of `capacity` flows, or an error if that much memory cannot be reserved.
     pub fn new(capacity: usize) -> Result<Self, std::collections::TryReserveError> {
-        let mut map = FxHashMap::default();
-        map.try_reserve(capacity)?;
+        let index = FlowIndex::new(capacity)?;
         let mut flows = Vec::new();
         flows.try_reserve_exact(capacity)?;
         Ok(FlowTable {
-            map,
+            index,
             flows,
             idle_head: NIL,
             idle_tail: NIL,
@@ -86,7 +85,7 @@ impl FlowTable {
 
     /// Flows in the table (active and idle).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.flows.len()
     }
 
     pub fn capacity(&self) -> usize {
@@ -101,7 +100,8 @@ impl FlowTable {
         leaf: u16,
         gate: impl FnOnce() -> Option<Gate>,
     ) -> Option<FlowId> {
-        if let Some(&id) = self.map.get(&(key, leaf)) {
+        let h = hash(key, leaf);
+        if let Some(id) = self.find_hashed(h, key, leaf) {
             if self.flows[id as usize].queued == 0 {
                 self.unlink_idle(id);
             }
@@ -126,14 +126,14 @@ impl FlowTable {
             let id = self.idle_head;
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
-            self.map.remove(&(old.key, old.leaf));
+            self.index.remove(hash(old.key, old.leaf), id);
             self.flows[id as usize] = fresh;
             self.reclaimed += 1;
             id
         } else {
             return None;
         };
-        self.map.insert((key, leaf), id);
+        self.index.insert(h, id);
         Some(id)
     }
 
@@ -169,7 +169,16 @@ impl FlowTable {
 
     /// The id of (key, leaf), if present.
     pub fn find(&self, key: u64, leaf: u16) -> Option<FlowId> {
-        self.map.get(&(key, leaf)).copied()
+        self.find_hashed(hash(key, leaf), key, leaf)
+    }
+
+    #[inline]
+    fn find_hashed(&self, h: u32, key: u64, leaf: u16) -> Option<FlowId> {
+        let flows = &self.flows;
+        self.index.find(h, |id| {
+            let f = &flows[id as usize];
+            f.key == key && f.leaf == leaf
+        })
     }
 }
 

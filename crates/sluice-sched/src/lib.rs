@@ -37,6 +37,7 @@ pub mod builder;
 pub mod classify;
 pub mod config;
 mod flow;
+mod flow_index;
 pub mod gate;
 pub mod oracle;
 pub mod packet;
