@@ -10,7 +10,7 @@
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
 
-use crate::flow_index::{FlowIndex, hash};
+use crate::flow_index::FlowIndex;
 use crate::gate::Gate;
 use crate::packet::FlowId;
 use crate::policy::Tags;
@@ -100,7 +100,7 @@ impl FlowTable {
         leaf: u16,
         gate: impl FnOnce() -> Option<Gate>,
     ) -> Option<FlowId> {
-        let h = hash(key, leaf);
+        let h = self.index.hash(key, leaf);
         if let Some(id) = self.find_hashed(h, key, leaf) {
             if self.flows[id as usize].queued == 0 {
                 self.unlink_idle(id);
@@ -126,7 +126,8 @@ impl FlowTable {
             let id = self.idle_head;
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
-            self.index.remove(hash(old.key, old.leaf), id);
+            let h_old = self.index.hash(old.key, old.leaf);
+            self.index.remove(h_old, id);
             self.flows[id as usize] = fresh;
             self.reclaimed += 1;
             id
@@ -169,7 +170,7 @@ impl FlowTable {
 
     /// The id of (key, leaf), if present.
     pub fn find(&self, key: u64, leaf: u16) -> Option<FlowId> {
-        self.find_hashed(hash(key, leaf), key, leaf)
+        self.find_hashed(self.index.hash(key, leaf), key, leaf)
     }
 
     #[inline]

@@ -12,6 +12,11 @@
 //! Removal shifts later entries of the run back (no tombstones), so lookups never slow down
 //! as flows come and go. A slot's home is its stored hash bits masked to the table size, so
 //! shifting needs no access to the flows.
+//!
+//! The hash is keyed with a random seed per table: flow keys come from packet headers (the
+//! daemon's are a stable hash of the 5-tuple), and without a secret an attacker could pick
+//! addresses and ports whose keys share a home slot and make every lookup walk a long run.
+//! Only the index's layout depends on the seed, never which flow id a key gets.
 
 /// An empty slot.
 const EMPTY: u64 = 0;
@@ -21,16 +26,7 @@ pub(crate) struct FlowIndex {
     /// `hash32 << 32 | (id + 1)`, or [`EMPTY`].
     slots: Vec<u64>,
     mask: usize,
-}
-
-/// The hash of (key, leaf): splitmix64's finalizer over both, so that keys differing in few
-/// bits (sequential ids from a host) spread over the whole table.
-#[inline]
-pub(crate) fn hash(key: u64, leaf: u16) -> u32 {
-    let mut z = key ^ (u64::from(leaf) << 48).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    ((z ^ (z >> 31)) >> 32) as u32
+    seed: u64,
 }
 
 impl FlowIndex {
@@ -44,7 +40,18 @@ impl FlowIndex {
         Ok(FlowIndex {
             slots,
             mask: size - 1,
+            seed: random_seed(),
         })
+    }
+
+    /// The hash of (key, leaf): splitmix64's finalizer over both and the seed, so that keys
+    /// differing in few bits (sequential ids from a host) spread over the whole table.
+    #[inline]
+    pub fn hash(&self, key: u64, leaf: u16) -> u32 {
+        let mut z = key ^ self.seed ^ (u64::from(leaf) << 48);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 32) as u32
     }
 
     /// The id stored under `h` for which `is` holds, if any.
@@ -107,6 +114,12 @@ impl FlowIndex {
     }
 }
 
+/// A secret per table, from the standard library's randomly keyed hasher.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(0x5eed_u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,7 +128,7 @@ mod tests {
 
     /// Look `key` up the way the flow table does: the id's own key must match.
     fn find(ix: &FlowIndex, keys: &[u64], key: u64) -> Option<u32> {
-        ix.find(hash(key, 0), |id| keys[id as usize] == key)
+        ix.find(ix.hash(key, 0), |id| keys[id as usize] == key)
     }
 
     #[test]
@@ -153,9 +166,12 @@ mod tests {
     }
 
     #[test]
-    fn the_same_key_in_two_leaves_hashes_apart() {
-        assert_ne!(hash(7, 0), hash(7, 1));
-        assert_ne!(hash(0, 0), hash(1, 0));
+    fn the_same_key_in_two_leaves_hashes_apart_and_tables_differ() {
+        let (a, b) = (FlowIndex::new(8).unwrap(), FlowIndex::new(8).unwrap());
+        assert_ne!(a.hash(7, 0), a.hash(7, 1));
+        assert_ne!(a.hash(0, 0), a.hash(1, 0));
+        // Each table has its own seed (equal hashes for 64 keys would be a 2^-2048 event).
+        assert!((0..64).any(|k| a.hash(k, 0) != b.hash(k, 0)));
     }
 
     proptest! {
@@ -175,12 +191,12 @@ mod tests {
                     (None, true) => {
                         if let Some(id) = free.pop() {
                             keys[id as usize] = key;
-                            ix.insert(hash(key, 0), id);
+                            ix.insert(ix.hash(key, 0), id);
                             oracle.insert(key, id);
                         }
                     }
                     (Some(id), false) => {
-                        prop_assert!(ix.remove(hash(key, 0), id));
+                        prop_assert!(ix.remove(ix.hash(key, 0), id));
                         keys[id as usize] = u64::MAX;
                         free.push(id);
                         oracle.remove(&key);
