@@ -24,8 +24,7 @@
 //! - [`engine`]: per-core engines: flows hashed to engines, SPSC rings between threads, the
 //!   allocator's thread, and a step per engine that tests drive with injected time.
 
-// The one `unsafe` block is the cache prefetch hint in [`prefetch`].
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod admission;
@@ -38,24 +37,8 @@ pub mod nba;
 pub mod opf;
 pub mod pipeline;
 
-/// Start loading the cache line holding `*r` (into all cache levels), so that a later access
-/// finds it in the cache. A hint only: it has no effect on the program's results, and is a
-/// no-op on targets other than x86-64.
-#[inline(always)]
-#[allow(unsafe_code)]
-pub fn prefetch<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` is a hint: it never faults, never reads memory architecturally
-    // (no value is returned, nothing is written) and changes no program state, whatever the
-    // address. The pointer comes from a valid reference in any case. SSE is part of the
-    // x86-64 baseline, so the instruction is always available.
-    unsafe {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>((r as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
-}
+/// The cache prefetch hint (from `sluice-queue`, the one place with `unsafe`).
+pub use sluice_queue::prefetch;
 
 /// Per-flow state of one kind, indexed by flow id: a component's own `Vec`, or one field of the
 /// merged per-flow records of [`flows::FlowTable`]. Lets admission, the per-flow queues and
@@ -85,16 +68,3 @@ impl<T> Slots<T> for [T] {
 pub use admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
 pub use completion::{Completion, CompletionError, Completions, Outcome, Ticket};
 pub use pipeline::{IngressError, Pipeline, PipelineConfig, RankBy};
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn prefetch_is_a_harmless_hint() {
-        let v = vec![7u64; 1 << 12];
-        for x in v.iter().step_by(8) {
-            super::prefetch(x);
-        }
-        super::prefetch(&());
-        assert!(v.iter().all(|&x| x == 7));
-    }
-}

@@ -298,4 +298,8 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
     fn stats(&self) -> QueueStats {
         with_any_queue!(self, q => q.stats())
     }
+    #[inline]
+    fn upcoming(&self) -> &[T] {
+        with_any_queue!(self, q => q.upcoming())
+    }
 }

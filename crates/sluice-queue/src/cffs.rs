@@ -210,6 +210,13 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         self.store.front(self.first()?.0)
     }
 
+    fn upcoming(&self) -> &[T] {
+        match self.first() {
+            Some((b, _)) => self.store.front_items(b),
+            None => &[],
+        }
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (bucket, entry) = self.store.remove(handle)?;
         if !self.store.is_occupied(bucket) {

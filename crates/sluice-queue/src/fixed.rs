@@ -236,6 +236,13 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
         self.store.front(self.first_bucket()?)
     }
 
+    fn upcoming(&self) -> &[T] {
+        match self.first_bucket() {
+            Some(b) => self.store.front_items(b),
+            None => &[],
+        }
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (bucket, entry) = self.store.remove(handle)?;
         if !self.store.is_occupied(bucket) {

@@ -271,6 +271,18 @@ impl<T: Copy> BucketStore<T> {
         })
     }
 
+    /// The items of `bucket`'s first chunk from its head on, in order: the first is the
+    /// bucket's front; later ones may have been removed already.
+    #[inline]
+    pub(crate) fn front_items(&self, bucket: usize) -> &[T] {
+        let head = self.lists[bucket].head;
+        if head == NIL {
+            return &[];
+        }
+        let c = &self.chunks[head as usize];
+        &c.items[c.head as usize..c.tail as usize]
+    }
+
     /// Take the first entry of `bucket`.
     #[inline(always)]
     pub(crate) fn pop_front(&mut self, bucket: usize) -> Option<Entry<T>> {
@@ -374,6 +386,25 @@ impl<T: Copy> BucketStore<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn front_items_name_the_next_items_of_the_head_chunk() {
+        let mut s = BucketStore::new(2, 100).unwrap();
+        assert!(s.front_items(1).is_empty());
+        let handles: Vec<Handle> = (0..10u32)
+            .map(|i| s.push_back(1, u64::from(i), i).unwrap())
+            .collect();
+        assert_eq!(s.front_items(1), &[0, 1, 2, 3, 4, 5, 6, 7]);
+        s.pop_front(1);
+        s.remove(handles[1]).unwrap();
+        // Removing the front moves the head past it: the first item is always live.
+        assert_eq!(s.front_items(1), &[2, 3, 4, 5, 6, 7]);
+        for _ in 0..6 {
+            s.pop_front(1);
+        }
+        assert_eq!(s.front_items(1), &[8, 9], "the next chunk");
+        assert!(s.front_items(0).is_empty());
+    }
 
     #[test]
     fn fifo_within_a_bucket_across_chunks() {

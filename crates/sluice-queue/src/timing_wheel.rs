@@ -238,6 +238,13 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
         }
     }
 
+    fn upcoming(&self) -> &[T] {
+        match self.first() {
+            Some((pos, _)) => self.store.front_items(pos),
+            None => &[],
+        }
+    }
+
     fn stats(&self) -> QueueStats {
         self.store.stats().with_range(&self.stats)
     }

@@ -213,6 +213,13 @@ fn run_on<Q: RankQueue<u32>>(
                     o.peek_min(),
                     &format!("step {step}: peek_min"),
                 )?;
+                // The prefetch hint starts with the item that leaves next, and names only
+                // items that were queued.
+                let up = q.upcoming();
+                if let Some(&first) = up.first() {
+                    prop_assert_eq!(Some(first), q.peek_min().map(|e| e.item), "step {}", step);
+                }
+                prop_assert!(up.iter().all(|&i| i < next_item), "step {}: upcoming", step);
                 prop_assert_eq!(
                     q.next_deadline(),
                     o.next_deadline(),

@@ -44,7 +44,7 @@ use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
 use crate::units::Rate;
-use sluice_queue::{AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue};
+use sluice_queue::{AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue, prefetch};
 use std::fmt;
 
 /// Index of a node; 0 is the root.
@@ -175,6 +175,18 @@ struct Held {
     next: u32,
 }
 
+/// How many of the items a queue names as leaving next (`upcoming`) to prefetch for. With a
+/// million flows nearly every touch of a flow or packet misses the cache; the shaper releases
+/// flows in bursts and a fair-queuing leaf serves its flows in a known order, so loading the
+/// next few while the current one is handled overlaps their misses (`sluice bench sched`,
+/// fq_pacing at 1e6 flows: about a fifth less time per packet).
+const PREFETCH_AHEAD: usize = 4;
+
+/// Prefetch only when flows and packet records take more than this: below it they stay in
+/// the caches, and the hints would only cost instructions (about a tenth more time per packet
+/// at 1e3 flows).
+const PREFETCH_MIN_BYTES: usize = 8 << 20;
+
 /// A shaper item with this bit set is a flow id (its gate's packet in flight is the flow's
 /// `gate_next`); without it, a [`Held`] record id. Ids stay below 2^24 (`MAX_PACKETS`).
 const FLOW_ITEM: u32 = 1 << 31;
@@ -298,6 +310,8 @@ pub struct Scheduler {
     stats: SchedStats,
     /// The way down of the current dequeue (kept here so that no dequeue initializes it).
     path: [Step; MAX_DEPTH],
+    /// Whether to prefetch ([`PREFETCH_MIN_BYTES`]).
+    pub(crate) prefetch: bool,
 }
 
 /// Which member a node picked on the way down.
@@ -322,7 +336,10 @@ impl Scheduler {
         beyond_horizon: Overflow,
     ) -> Result<Self, std::collections::TryReserveError> {
         let (shaper, shaper_spec) = shaper;
+        let state_bytes = flow_capacity * std::mem::size_of::<crate::flow::Flow>()
+            + capacity * std::mem::size_of::<Rec>();
         Ok(Scheduler {
+            prefetch: state_bytes > PREFETCH_MIN_BYTES,
             nodes,
             classifier,
             flows: FlowTable::new(flow_capacity)?,
@@ -399,6 +416,12 @@ impl Scheduler {
     /// A node's counters.
     pub fn node_stats(&self, n: NodeId) -> NodeStats {
         self.nodes[n as usize].stats
+    }
+
+    /// Turn the cache prefetch hints on or off (on by default when flows and packet records
+    /// outgrow the caches, see [`PREFETCH_MIN_BYTES`]). They never change what is scheduled.
+    pub fn set_prefetch(&mut self, on: bool) {
+        self.prefetch = on;
     }
 
     /// Packets waiting in the shaper.
@@ -721,8 +744,58 @@ impl Scheduler {
     /// Release every shaper item due at `now`.
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
+            if self.prefetch {
+                self.prefetch_releases();
+            }
             // Continue from the time it was due, so chained gates keep exact spacing.
             self.unpark(e.item, e.rank.min(now));
+        }
+    }
+
+    /// Start loading what the next shaper releases will touch (see [`PREFETCH_AHEAD`]): the
+    /// next item's packet record (its flow's line was loaded by an earlier call) and the lines
+    /// of the flows or records after it.
+    #[inline]
+    fn prefetch_releases(&self) {
+        for (k, &item) in self
+            .shaper
+            .upcoming()
+            .iter()
+            .take(PREFETCH_AHEAD)
+            .enumerate()
+        {
+            if item & FLOW_ITEM == 0 {
+                if let Some(h) = self.pending.items.get(item as usize) {
+                    prefetch(h);
+                }
+            } else if let Some(f) = self.flows.flows.get((item & !FLOW_ITEM) as usize) {
+                match k {
+                    0 => self.prefetch_packet(f.gate_next),
+                    _ => prefetch(f),
+                }
+            }
+        }
+    }
+
+    /// Start loading the flows that a per-member leaf serves after `queue`'s first: the next
+    /// one's first packet record, the lines of those after it.
+    #[inline]
+    fn prefetch_members(&self, queue: &AnyQueue<u32>) {
+        let up = queue.upcoming();
+        for (k, &flow) in up.iter().take(PREFETCH_AHEAD).enumerate().skip(1) {
+            if let Some(f) = self.flows.flows.get(flow as usize) {
+                match k {
+                    1 => self.prefetch_packet(f.head),
+                    _ => prefetch(f),
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn prefetch_packet(&self, pkt: u32) {
+        if let Some(r) = self.packets.items.get(pkt as usize) {
+            prefetch(r);
         }
     }
 
@@ -774,6 +847,9 @@ impl Scheduler {
             break match node.mode {
                 Mode::PerPacket => item,
                 Mode::PerMember => {
+                    if self.prefetch {
+                        self.prefetch_members(&self.nodes[n as usize].queues[from]);
+                    }
                     let f = &mut self.flows.flows[item as usize];
                     let pkt = f.head;
                     f.head = self.packets.items[pkt as usize].next;

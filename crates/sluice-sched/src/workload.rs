@@ -635,6 +635,32 @@ mod tests {
     }
 
     #[test]
+    fn prefetch_hints_never_change_what_is_sent() {
+        // Big enough that the hints are on by default (flows and records above 8 MiB); every
+        // tree case, hints on and off, gives the same packets in the same order.
+        let flows = 40_000;
+        for case in [
+            Case::FqPacing,
+            Case::HClock,
+            Case::Pfabric,
+            Case::EiffelFig47,
+        ] {
+            let run = |on: bool| {
+                let Ok(Built::Tree(mut s)) = scheduler(case, Impl::Sluice, flows) else {
+                    panic!("not a tree");
+                };
+                assert!(s.prefetch, "on by default at {flows} flows");
+                s.set_prefetch(on);
+                let mut l = ClosedLoop::new(*s, Traffic::new(case, flows));
+                let sum = l.run(30_000);
+                l.verify().unwrap();
+                (sum, l.sent(), l.now())
+            };
+            assert_eq!(run(true), run(false), "{case:?}");
+        }
+    }
+
+    #[test]
     fn a_flows_packets_follow_from_the_token_whatever_the_stride() {
         for case in Case::ALL {
             let t = Traffic::new(case, 50);
