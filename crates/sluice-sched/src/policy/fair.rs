@@ -241,12 +241,16 @@ mod tests {
     use crate::packet::Meta;
     use crate::policy::{MemberCfg, NoBacklog, Policy, Service, Tags};
 
-    /// Serve one packet of `len` bytes of the member with `tags` at `now`: its new rank.
-    fn serve(fq: &mut Fq, tags: &mut Tags, len: u32, now: u64) -> u64 {
-        let sent = Meta {
+    fn packet(len: u32) -> Meta {
+        Meta {
             len,
             ..Meta::default()
-        };
+        }
+    }
+
+    /// Serve one packet of `len` bytes of the member with `tags` at `now`: its new rank.
+    fn serve(fq: &mut Fq, tags: &mut Tags, len: u32, now: u64) -> u64 {
+        let sent = packet(len);
         let s = Service {
             sent: &sent,
             available: 0,
@@ -277,12 +281,7 @@ mod tests {
         // always be served as a new flow of the current round (rank 2 * round), never pushed
         // to a later round. (With one quantum per missed round and no bank, it was pushed
         // in the long round.)
-        let mut fq = Fq::default();
-        let cfg = MemberCfg::default();
-        let ping = Meta {
-            len: 98,
-            ..Meta::default()
-        };
+        let (mut fq, cfg, ping) = (Fq::default(), MemberCfg::default(), packet(98));
         let mut tags = Tags::default();
         let mut now = 1_000_000_000;
         let rounds = [10u32; 30].into_iter().chain([60]);
@@ -302,12 +301,7 @@ mod tests {
     fn a_sparse_flow_banks_no_more_than_a_new_flows_allowance() {
         // Idle through 100 rounds (but not long enough in time to count as idle): it comes
         // back with `initial_quantum`, not 100 quanta.
-        let mut fq = Fq::default();
-        let cfg = MemberCfg::default();
-        let pkt = Meta {
-            len: 1514,
-            ..Meta::default()
-        };
+        let (mut fq, cfg, pkt) = (Fq::default(), MemberCfg::default(), packet(1514));
         let mut tags = Tags::default();
         fq.activate(&mut tags, &cfg, &pkt, 1_000);
         serve(&mut fq, &mut tags, 1514, 1_000);
