@@ -380,6 +380,7 @@ impl Datapath {
             class: None,
             headers,
             fields: Fields::default(),
+            flow_id: None,
         })
     }
 

@@ -159,11 +159,30 @@ struct Desc {
 
 /// The pipeline's own state of a source, kept in the source's [`FlowTable`] record (its key,
 /// needed only to forget it, is in a separate table).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Source {
     /// Packets anywhere in the pipeline.
     held: u32,
+    /// The scheduler's id of this source's flow, from its last departure ([`NO_FLOW_ID`]:
+    /// none yet): handed back with its next packet, it saves the scheduler's flow lookup.
+    sched_flow: u32,
     in_ready: bool,
+}
+
+/// [`Source::sched_flow`] before the scheduler has named the flow.
+const NO_FLOW_ID: u32 = u32::MAX;
+
+// A source's record stays one cache line with the pipeline's state in its spare bytes.
+const _: () = assert!(std::mem::size_of::<crate::flows::FlowRecord<Source>>() == 64);
+
+impl Default for Source {
+    fn default() -> Self {
+        Source {
+            held: 0,
+            sched_flow: NO_FLOW_ID,
+            in_ready: false,
+        }
+    }
 }
 
 /// One engine's lossless pipeline; see the module note.
@@ -422,6 +441,8 @@ impl Pipeline {
         self.descs[idx as usize] = Some(desc);
         let mut p = desc.pkt;
         p.token = u64::from(idx);
+        let id = self.src(src).sched_flow;
+        p.flow_id = (id != NO_FLOW_ID).then_some(id);
         if let Err(r) = self.sched.enqueue(now, &p) {
             // Classified at ingress, and the scheduler holds the whole buffer: this is a
             // beyond-horizon refusal or a scheduler flow table smaller than the sources.
@@ -473,6 +494,7 @@ impl Pipeline {
         }
         let idx = d.token as u32;
         let src = self.descs.get(idx as usize).copied().flatten()?.src;
+        self.src_mut(src).sched_flow = d.flow_id;
         let pkt = self.leave(src, idx, Outcome::Sent)?;
         self.stats.sent += 1;
         self.pump(now);

@@ -684,6 +684,7 @@ impl Fq {
             token: p.token,
             len: p.len,
             flow: key,
+            flow_id: id,
             leaf: 0,
             arrival: p.arrival,
         })

@@ -98,8 +98,19 @@ impl FlowTable {
         &mut self,
         key: u64,
         leaf: u16,
+        hint: Option<FlowId>,
         gate: impl FnOnce() -> Option<Gate>,
     ) -> Option<FlowId> {
+        if let Some(id) = hint {
+            if let Some(f) = self.flows.get(id as usize) {
+                if f.key == key && f.leaf == leaf {
+                    if f.queued == 0 {
+                        self.unlink_idle(id);
+                    }
+                    return Some(id);
+                }
+            }
+        }
         let h = self.index.hash(key, leaf);
         if let Some(id) = self.find_hashed(h, key, leaf) {
             if self.flows[id as usize].queued == 0 {
@@ -190,33 +201,61 @@ mod tests {
     #[test]
     fn reclaims_the_longest_idle_flow_and_never_an_active_one() {
         let mut t = FlowTable::new(2).unwrap();
-        let a = t.get_or_insert(1, 0, || None).unwrap();
-        let b = t.get_or_insert(2, 0, || None).unwrap();
+        let a = t.get_or_insert(1, 0, None, || None).unwrap();
+        let b = t.get_or_insert(2, 0, None, || None).unwrap();
         t.flows[a as usize].queued = 1;
         t.flows[b as usize].queued = 1;
-        assert_eq!(t.get_or_insert(3, 0, || None), None, "full of active flows");
+        assert_eq!(
+            t.get_or_insert(3, 0, None, || None),
+            None,
+            "full of active flows"
+        );
         t.flows[b as usize].queued = 0;
         t.emptied(b);
         t.flows[a as usize].queued = 0;
         t.emptied(a);
         // b went idle first: it is reclaimed first.
-        let c = t.get_or_insert(3, 0, || None).unwrap();
+        let c = t.get_or_insert(3, 0, None, || None).unwrap();
         assert_eq!(c, b);
         assert_eq!(t.find(2, 0), None);
         assert_eq!(t.find(1, 0), Some(a));
         // An idle flow that gets a packet again leaves the idle list.
-        assert_eq!(t.get_or_insert(1, 0, || None), Some(a));
+        assert_eq!(t.get_or_insert(1, 0, None, || None), Some(a));
         t.flows[a as usize].queued = 1;
         t.flows[c as usize].queued = 1;
-        assert_eq!(t.get_or_insert(4, 0, || None), None);
+        assert_eq!(t.get_or_insert(4, 0, None, || None), None);
         assert_eq!(t.reclaimed, 1);
+    }
+
+    #[test]
+    fn a_hint_saves_the_lookup_only_when_it_names_the_flow() {
+        let mut t = FlowTable::new(2).unwrap();
+        let a = t.get_or_insert(1, 0, None, || None).unwrap();
+        assert_eq!(t.get_or_insert(1, 0, Some(a), || None), Some(a));
+        // Out of range, another flow's id, another leaf: ignored, the lookup decides.
+        let b = t.get_or_insert(2, 0, Some(99), || None).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(t.get_or_insert(2, 0, Some(a), || None), Some(b));
+        assert_eq!(t.get_or_insert(1, 1, Some(a), || None), None, "full");
+        // Stale: `a` was reclaimed for key 3; key 1's old id no longer names it.
+        t.emptied(a);
+        let c = t.get_or_insert(3, 0, Some(a), || None).unwrap();
+        assert_eq!(c, a, "the idle slot was reused");
+        t.flows[c as usize].queued = 1;
+        t.flows[b as usize].queued = 1;
+        assert_eq!(
+            t.get_or_insert(1, 0, Some(a), || None),
+            None,
+            "not key 3's flow"
+        );
+        assert_eq!(t.find(3, 0), Some(c));
     }
 
     #[test]
     fn same_key_in_two_leaves_is_two_flows() {
         let mut t = FlowTable::new(4).unwrap();
-        let a = t.get_or_insert(7, 0, || None).unwrap();
-        let b = t.get_or_insert(7, 1, || None).unwrap();
+        let a = t.get_or_insert(7, 0, None, || None).unwrap();
+        let b = t.get_or_insert(7, 1, None, || None).unwrap();
         assert_ne!(a, b);
     }
 }

@@ -433,6 +433,7 @@ impl OracleTree {
             token: meta.token,
             len: meta.len,
             flow: f.key,
+            flow_id: meta.flow,
             leaf: f.leaf,
             arrival: meta.arrival,
         })

@@ -56,6 +56,11 @@ pub struct Packet {
     pub headers: Headers,
     /// Fields for ranking.
     pub fields: Fields,
+    /// The scheduler's id for this packet's flow, if the host kept it from an earlier
+    /// [`Dequeued::flow_id`](crate::Dequeued) or [`Scheduler::flow_id`](crate::Scheduler):
+    /// it saves the flow lookup. Checked against the key and the leaf, so a stale id (the
+    /// flow was reclaimed meanwhile) costs the lookup, never a misfiled packet.
+    pub flow_id: Option<FlowId>,
 }
 
 /// Dense flow id inside the scheduler.

@@ -118,6 +118,9 @@ pub struct Dequeued {
     pub len: u32,
     /// Its flow key.
     pub flow: u64,
+    /// The scheduler's id of its flow: give it back in [`Packet::flow_id`] with the flow's next
+    /// packet to save the lookup.
+    pub flow_id: FlowId,
     /// The leaf it went through.
     pub leaf: NodeId,
     /// When it arrived.
@@ -450,7 +453,7 @@ impl Scheduler {
         self.release_due(now);
         let leaf_rate = self.nodes[leaf as usize].flow_rate;
         let pacing = p.fields.pacing_bps;
-        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, || {
+        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, || {
             let own = Rate::new(pacing);
             match (own, leaf_rate) {
                 (Some(r), leaf) => Some(Gate::new(r, leaf.map_or(0, |l| l.1))),
@@ -884,6 +887,7 @@ impl Scheduler {
             token: meta.token,
             len: meta.len,
             flow: key,
+            flow_id: meta.flow,
             leaf,
             arrival: meta.arrival,
         })

@@ -207,6 +207,9 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
     let mut now = 1_000_000_000u64;
     let mut token = 0u64;
     let mut remaining = std::collections::HashMap::new();
+    // The fast scheduler also gets flow-id hints, right, stale or wrong; the oracle has no
+    // use for them. Hints only save lookups: both must behave the same whatever they say.
+    let mut last_id = std::collections::HashMap::new();
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Enqueue {
@@ -234,6 +237,12 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
                         remaining: *rem,
                         pacing_bps: pacing_kbit * 1000,
                     },
+                    flow_id: match token % 4 {
+                        0 => None,
+                        1 => last_id.get(&flow).copied(),
+                        2 => Some((token % 7) as u32),
+                        _ => Some(u32::MAX),
+                    },
                     ..Packet::default()
                 };
                 token += 1;
@@ -243,6 +252,9 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
             }
             Op::Dequeue => {
                 let a = fast.dequeue(now);
+                if let Some(d) = a {
+                    last_id.insert(d.flow, d.flow_id);
+                }
                 let o = slow.dequeue(now);
                 prop_assert_eq!(a, o, "step {}: dequeue at {}", step, now);
             }

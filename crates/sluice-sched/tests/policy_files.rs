@@ -77,6 +77,7 @@ fn packet(rng: &mut Rng, token: u64, now: u64) -> Packet {
             remaining: 1 + pick(1 << 20),
             pacing_bps: 0,
         },
+        flow_id: None,
     }
 }
 
