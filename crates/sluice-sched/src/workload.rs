@@ -17,11 +17,17 @@
 //! the flow and how many packets it has sent ([`Traffic`]), never on what another flow did, so
 //! each flow's packet sequence is the same whichever scheduler serves it.
 //!
+//! A flow's next packet carries the scheduler's id of the flow from the departure that
+//! triggered it ([`Packet::flow_id`]), as a host that keeps per-flow state does (a socket, a
+//! vswitch's flow entry): Sluice's tree, on its own queues or on heaps, then skips its flow
+//! lookup. The Linux fq port has no such handle and looks every packet's flow up in its
+//! rb-tree stand-in, as fq does.
+//!
 //! ## The cases ([`Case`])
 //!
 //! | case | Sluice | baseline |
 //! |---|---|---|
-//! | `hclock` | a root with a 40 Gbit/s limit over an hClock leaf; each flow has a reservation (a quarter of its fair share), a limit (`flow_rate`, twice the fair share; a quarter of the flows carry a lower limit, half the fair share, in `pacing_bps`) and a weight; queues `auto` (cFFS), shaper a timing wheel | the same tree with every queue and the shaper a binary heap (the original hClock used min-heaps) |
+//! | `hclock` | one hClock node over the flows with a 40 Gbit/s limit; each flow has a reservation (a quarter of its fair share), a limit (`flow_rate`, twice the fair share; a quarter of the flows carry a lower limit, half the fair share, in `pacing_bps`) and a weight; queues `auto` (cFFS), shaper a timing wheel | the same tree with every queue and the shaper a binary heap (the original hClock used min-heaps) |
 //! | `pfabric` | one pFabric leaf (`auto`: hierarchical FFS over compressed remaining sizes); packets carry their flow's remaining bytes, flows finish and restart with a new random size | the same leaf on a binary heap |
 //! | `fq_pacing` | one `fq` leaf; each flow paced at its own rate (`pacing_bps`, log-uniform from a quarter to four times its fair share of the link) by its gate in the timing-wheel shaper | [`crate::baseline::Fq`], the port of Linux fq, with the same rates as socket pacing rates |
 //! | `eiffel_fig47` | Eiffel Fig. 4.7: a root paced at 40 Gbit/s sharing by WFQ between leaf `a` (weight 1) and node `b` (weight 2, limited to 10 Gbit/s) whose leaves are `b1` (weight 1) and `b2` (weight 3, limited to 7 Gbit/s); flows spread over the leaves (half on `a`), fair-queued in each; queues `auto` (cFFS), shaper a timing wheel | the same tree on binary heaps |
@@ -381,20 +387,17 @@ pub fn scheduler(case: Case, imp: Impl, flows: usize) -> Result<Built, BuildErro
     match case {
         Case::HClock => {
             let fair = hclock_fair_bps(flows);
-            let root = b.root(
-                NodeSpec::new("root", PolicyKind::HClock)
-                    .rate(rate(SHAPED_BPS)?, 0)
-                    .queue(q),
-            );
-            let mut leaf = NodeSpec::new("flows", PolicyKind::HClock).queue(q);
-            leaf.flows = MemberCfg {
+            let mut root = NodeSpec::new("flows", PolicyKind::HClock)
+                .rate(rate(SHAPED_BPS)?, 0)
+                .queue(q);
+            root.flows = MemberCfg {
                 weight: 2,
                 reservation: Some(rate((fair / 4).max(1))?),
                 ..MemberCfg::default()
             };
-            leaf.flow_rate = Some(rate(2 * fair)?);
-            let leaf = b.child(root, leaf);
-            b.default_leaf(leaf);
+            root.flow_rate = Some(rate(2 * fair)?);
+            let root = b.root(root);
+            b.default_leaf(root);
         }
         Case::Pfabric => {
             let root = b.root(NodeSpec::new("pfabric", PolicyKind::Pfabric).queue(q));
@@ -493,7 +496,8 @@ impl<S: Sched> ClosedLoop<S> {
                     sum = sum.wrapping_add(d.token ^ d.arrival);
                     self.now += u64::from(d.len) * 8_000_000_000 / LINK_BPS;
                     self.bytes += u64::from(d.len);
-                    let p = self.traffic.after(d.token, PACKETS_PER_FLOW as u32);
+                    let mut p = self.traffic.after(d.token, PACKETS_PER_FLOW as u32);
+                    p.flow_id = Some(d.flow_id);
                     if !self.sched.enqueue(self.now, &p) {
                         self.rejected += 1;
                     }
