@@ -133,6 +133,10 @@ impl<T: Copy> RankQueue<T> for BinaryHeapQueue<T> {
             .map(|(rank, item, _)| Entry { rank, item })
     }
 
+    fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        self.slab.get(handle).map(|(rank, _, _)| rank)
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let Some((rank, item, _)) = self.slab.take(handle) else {
             self.stats.stale_handles += 1;

@@ -54,6 +54,10 @@ impl<T: Copy> RankQueue<T> for BTreeQueue<T> {
         Some(Entry { rank, item })
     }
 
+    fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        self.slab.get(handle).map(|(rank, _)| rank)
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let Some(key) = self.slab.take(handle) else {
             self.stats.stale_handles += 1;

@@ -243,6 +243,11 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
         }
     }
 
+    #[inline]
+    fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        self.store.rank_of(handle)
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (bucket, entry) = self.store.remove(handle)?;
         if !self.store.is_occupied(bucket) {

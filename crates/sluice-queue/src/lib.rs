@@ -171,6 +171,11 @@ pub trait RankQueue<T: Copy> {
     /// Remove the item behind `handle`, wherever it is.
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle>;
 
+    /// The rank the item behind `handle` was pushed with, while it is queued (`None` for a
+    /// stale or foreign handle). A scheduler re-ranking a member reads it to leave a member
+    /// whose rank did not change where it is, ahead of later pushes of the same rank.
+    fn rank_of(&self, handle: Handle) -> Option<Rank>;
+
     /// Number of queued items.
     fn len(&self) -> usize;
 

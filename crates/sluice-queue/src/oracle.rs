@@ -221,6 +221,12 @@ impl<T: Copy> Oracle<T> {
         }
     }
 
+    /// The rank of the item with `id`, while it is queued.
+    pub fn rank_of(&self, id: u64) -> Option<Rank> {
+        let key = self.by_id.get(&id)?;
+        self.entries.get(key).map(|&(rank, _, _)| rank)
+    }
+
     /// Remove the item with `id`; `None` if it already left.
     pub fn remove(&mut self, id: u64) -> Option<Entry<T>> {
         let key = self.by_id.remove(&id)?;

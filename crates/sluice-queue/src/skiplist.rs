@@ -178,6 +178,12 @@ impl<T: Copy> RankQueue<T> for SkipListQueue<T> {
         })
     }
 
+    fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        let idx = handle.index();
+        let n = self.nodes.get(idx as usize)?;
+        (idx != HEAD && n.live && n.generation == handle.generation()).then_some(n.rank)
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let idx = handle.index();
         let valid = idx != HEAD

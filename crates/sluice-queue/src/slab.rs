@@ -78,6 +78,15 @@ impl<V: Copy> Slab<V> {
         Some(value)
     }
 
+    /// The value behind `handle`; `None` if the handle is stale or foreign.
+    pub(crate) fn get(&self, handle: Handle) -> Option<V> {
+        let slot = self.slots.get(handle.index() as usize)?;
+        if slot.generation != handle.generation() {
+            return None;
+        }
+        slot.value
+    }
+
     /// Take the value behind `handle`; `None` if the handle is stale or foreign.
     pub(crate) fn take(&mut self, handle: Handle) -> Option<V> {
         let slot = self.slots.get(handle.index() as usize)?;

@@ -316,20 +316,32 @@ impl<T: Copy> BucketStore<T> {
         Some(entry)
     }
 
-    /// Remove the entry behind `handle`: its bucket and entry, or `StaleHandle`.
-    pub(crate) fn remove(&mut self, handle: Handle) -> Result<(usize, Entry<T>), StaleHandle> {
+    /// The chunk and slot behind `handle` if it names a live entry.
+    #[inline]
+    fn locate(&self, handle: Handle) -> Option<(u32, u8)> {
         let idx = handle.index() >> SLOT_BITS;
         let slot = (handle.index() & ((1 << SLOT_BITS) - 1)) as u8;
-        let valid = self.chunks.get(idx as usize).is_some_and(|c| {
-            c.generation == handle.generation()
-                && slot >= c.head
-                && slot < c.tail
-                && c.dead & (1 << slot) == 0
-        });
-        if !valid {
+        let c = self.chunks.get(idx as usize)?;
+        let live = c.generation == handle.generation()
+            && slot >= c.head
+            && slot < c.tail
+            && c.dead & (1 << slot) == 0;
+        live.then_some((idx, slot))
+    }
+
+    /// The rank of the live entry behind `handle`.
+    #[inline]
+    pub(crate) fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        let (idx, slot) = self.locate(handle)?;
+        Some(self.chunks[idx as usize].ranks[slot as usize])
+    }
+
+    /// Remove the entry behind `handle`: its bucket and entry, or `StaleHandle`.
+    pub(crate) fn remove(&mut self, handle: Handle) -> Result<(usize, Entry<T>), StaleHandle> {
+        let Some((idx, slot)) = self.locate(handle) else {
             self.stats.stale_handles += 1;
             return Err(StaleHandle);
-        }
+        };
         let c = &mut self.chunks[idx as usize];
         c.dead |= 1 << slot;
         let entry = Entry {

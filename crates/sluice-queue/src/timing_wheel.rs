@@ -200,6 +200,11 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
         self.store.front(self.first()?.0)
     }
 
+    #[inline]
+    fn rank_of(&self, handle: Handle) -> Option<Rank> {
+        self.store.rank_of(handle)
+    }
+
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (pos, entry) = self.store.remove(handle)?;
         if !self.store.is_occupied(pos) {

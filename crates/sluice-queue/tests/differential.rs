@@ -232,6 +232,7 @@ fn run_on<Q: RankQueue<u32>>(
                     continue;
                 }
                 let (item, h, id) = live[n % live.len()];
+                prop_assert_eq!(q.rank_of(h), o.rank_of(id), "step {}: rank_of", step);
                 let a = q.remove(h).ok();
                 let b = o.remove(id);
                 entry_eq(a, b, &format!("step {step}: remove"))?;
@@ -241,6 +242,7 @@ fn run_on<Q: RankQueue<u32>>(
                     "step {}: second remove must be stale",
                     step
                 );
+                prop_assert_eq!(q.rank_of(h), None, "step {}: rank_of a stale handle", step);
             }
             Op::Due(sixty_fourths) => {
                 now += c.span * sixty_fourths / 64;

@@ -268,7 +268,7 @@ impl OracleTree {
                 .arrived(&mut m.tags, &cfg, meta, m.available, now)
         };
         if let Some(r) = ranks {
-            put(&mut node.pifos, m, r, item, None);
+            put(&mut node.pifos, m, r, item, false);
         }
     }
 
@@ -415,7 +415,7 @@ impl OracleTree {
             };
             let ranks = node.policy.served(&mut m.tags, &cfg, &s);
             if m.available > 0 {
-                put(&mut node.pifos, m, ranks, item, Some((from, rank)));
+                put(&mut node.pifos, m, ranks, item, true);
             } else {
                 for (q, id) in node.pifos.iter_mut().zip(m.ids.iter_mut()) {
                     if let Some(id) = id.take() {
@@ -476,17 +476,11 @@ fn arrive_at_gate(
     Some(Some(t))
 }
 
-/// Re-rank a member; `kept` (the queue it was served from and its rank there): an unchanged
-/// rank keeps the member's place.
-fn put(
-    pifos: &mut [Oracle<u32>],
-    m: &mut OMember,
-    ranks: [Rank; 2],
-    item: u32,
-    kept: Option<(usize, Rank)>,
-) {
+/// Re-rank a member. After a service (`served`) it keeps its place in each queue where its rank
+/// is unchanged; after an arrival (the policy said its ranks changed) it moves in every queue.
+fn put(pifos: &mut [Oracle<u32>], m: &mut OMember, ranks: [Rank; 2], item: u32, served: bool) {
     for (i, q) in pifos.iter_mut().enumerate() {
-        if kept == Some((i, ranks[i])) && m.ids[i].is_some() {
+        if served && m.ids[i].is_some_and(|id| q.rank_of(id) == Some(ranks[i])) {
             continue;
         }
         if let Some(id) = m.ids[i].take() {

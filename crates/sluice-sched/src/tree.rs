@@ -1192,21 +1192,32 @@ fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, us
     Some((e.item, e.rank, 0))
 }
 
-/// Put `member` at `ranks` in `queues` (moving it if it is there already). `kept`: the queue
-/// the member was just served from and its rank there; if that rank is unchanged the member
-/// keeps its place, ahead of members of equal rank (a DRR or fq flow with credit left is served
-/// again, as in DRR and fq), and the queue is not touched.
+/// Put `member` at `ranks` in `queues` (moving it if it is there already). After a service
+/// (`served`: the queue the member was picked from and its rank there), a member whose rank in
+/// a queue is unchanged keeps its place there, ahead of members of equal rank pushed later (a
+/// DRR or fq flow with credit left is served again, as in DRR and fq; an hClock member served
+/// by share keeps its place among equal reservation tags), and that queue is not touched. After
+/// an arrival (`served` is `None`) the policy has said its ranks changed
+/// ([`Policy::arrived`]): the member moves in every queue.
 #[inline]
 fn place(
     queues: &mut [AnyQueue<u32>],
     m: &mut Member,
     ranks: [Rank; 2],
     item: u32,
-    kept: Option<(usize, Rank)>,
+    served: Option<(usize, Rank)>,
 ) {
     for (i, q) in queues.iter_mut().enumerate() {
-        if kept == Some((i, ranks[i])) && m.handles[i].is_some() {
-            continue;
+        if let Some(h) = m.handles[i] {
+            let unchanged = match served {
+                // The rank there is known without reading the queue.
+                Some((from, rank)) if from == i => rank == ranks[i],
+                Some(_) => q.rank_of(h) == Some(ranks[i]),
+                None => false,
+            };
+            if unchanged {
+                continue;
+            }
         }
         if let Some(h) = m.handles[i].take() {
             let _ = q.remove(h);

@@ -184,7 +184,8 @@ pub trait Policy: fmt::Debug + Send {
     }
 
     /// Per member: another packet became available at an active member, which now has
-    /// `available` of them. New ranks, if they change.
+    /// `available` of them. New ranks, if they change: `Some` moves the member in every queue
+    /// (behind the members already at its new rank); `None` leaves it where it is.
     fn arrived(
         &mut self,
         _tags: &mut Tags,

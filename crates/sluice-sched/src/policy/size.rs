@@ -55,9 +55,12 @@ impl Policy for Pfabric {
         _: u64,
     ) -> Option<[Rank; 2]> {
         if pkt.remaining < tags.a {
+            let before = compress(tags.a);
             tags.a = pkt.remaining;
             tags.b = 1;
-            Some([compress(tags.a), ABSENT])
+            // Ranks are compressed sizes: a smaller size may keep the rank, and the place.
+            let rank = compress(tags.a);
+            (rank != before).then_some([rank, ABSENT])
         } else {
             if pkt.remaining == tags.a {
                 tags.b += 1;
