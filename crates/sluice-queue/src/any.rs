@@ -299,6 +299,10 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
     fn pop_due(&mut self, now: Rank) -> Option<Entry<T>> {
         with_any_queue!(self, q => q.pop_due(now))
     }
+    #[inline]
+    fn advance(&mut self, now: Rank) {
+        with_any_queue!(self, q => q.advance(now))
+    }
     fn stats(&self) -> QueueStats {
         with_any_queue!(self, q => q.stats())
     }

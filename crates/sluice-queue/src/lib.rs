@@ -199,6 +199,11 @@ pub trait RankQueue<T: Copy> {
         }
     }
 
+    /// Let time pass without popping: a time-indexed queue moves its front to `now` (never past
+    /// a queued item), as `pop_due` does when nothing is due, so that later pushes are placed
+    /// relative to `now`. Nothing for the others (the default).
+    fn advance(&mut self, _now: Rank) {}
+
     /// The queue's counters.
     fn stats(&self) -> QueueStats;
 

@@ -221,6 +221,16 @@ impl<T: Copy> Oracle<T> {
         }
     }
 
+    /// Let time pass: a wheel's front moves to `now`'s slot, never past the first item
+    /// ([`crate::RankQueue::advance`]).
+    pub fn advance(&mut self, now: Rank) {
+        let first = self.min_key();
+        if let KeyModel::Wheel { front, slot_ns, .. } = &mut self.model {
+            let target = first.map_or(now / *slot_ns, |k| k.min(now / *slot_ns));
+            *front = (*front).max(target);
+        }
+    }
+
     /// The rank of the item with `id`, while it is queued.
     pub fn rank_of(&self, id: u64) -> Option<Rank> {
         let key = self.by_id.get(&id)?;

@@ -14,7 +14,7 @@
 //! ~16k flows) and gives [`RankQueue::next_deadline`] (Eiffel's `SoonestDeadline`) in
 //! O(log64 slots), so a host can sleep until the next release instead of spinning.
 //!
-//! `front` only moves forward: [`RankQueue::pop_due`] and [`TimingWheel::advance`] move it to
+//! `front` only moves forward: [`RankQueue::pop_due`] and [`RankQueue::advance`] move it to
 //! `now` (never past a queued packet), [`RankQueue::pop_min`] to the popped packet's slot.
 //!
 //! | parameter | meaning | Carousel's example |
@@ -137,17 +137,6 @@ impl<T: Copy> TimingWheel<T> {
         }
     }
 
-    /// Let time pass: move the front to `now`'s slot, or to the first queued packet's slot if
-    /// that comes earlier. Later pushes with timestamps before the front go to the front.
-    pub fn advance(&mut self, now: u64) {
-        let target = self.granularity.bucket(now);
-        let target = match self.first() {
-            Some((_, slot)) => target.min(slot),
-            None => target,
-        };
-        self.move_front(target);
-    }
-
     fn take(&mut self, pos: usize, slot: u64) -> Option<Entry<T>> {
         let entry = self.store.pop_front(pos)?;
         if !self.store.is_occupied(pos) {
@@ -248,6 +237,21 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
             Some((pos, _)) => self.store.front_items(pos),
             None => &[],
         }
+    }
+
+    /// Move the front to `now`'s slot, or to the first queued packet's slot if that comes
+    /// earlier. Later pushes with timestamps before the front go to the front.
+    #[inline]
+    fn advance(&mut self, now: Rank) {
+        let target = self.granularity.bucket(now);
+        if target <= self.front {
+            return; // already there (the common case: one call per push)
+        }
+        let target = match self.first() {
+            Some((_, slot)) => target.min(slot),
+            None => target,
+        };
+        self.move_front(target);
     }
 
     fn stats(&self) -> QueueStats {

@@ -226,6 +226,7 @@ impl OracleTree {
 
     fn wait(&mut self, at: u64, now: u64, w: Wait) {
         let at = at.min(now.saturating_add(self.horizon_ns - 1));
+        self.shaper.advance(now);
         self.waits.push(w);
         let _ = self.shaper.push(at, (self.waits.len() - 1) as u32);
     }

@@ -303,6 +303,10 @@ pub struct Scheduler {
     packets: Slab<Rec>,
     pending: Slab<Held>,
     shaper: AnyQueue<u32>,
+    /// The shaper's next deadline (`u64::MAX`: empty), so that the many calls that find
+    /// nothing due cost one comparison. Refreshed after every release and every push that
+    /// could come first.
+    shaper_due: u64,
     shaper_spec: QueueSpec,
     horizon_ns: u64,
     beyond_horizon: Overflow,
@@ -349,6 +353,7 @@ impl Scheduler {
             packets: Slab::new(capacity)?,
             pending: Slab::new(capacity)?,
             shaper,
+            shaper_due: u64::MAX,
             shaper_spec,
             horizon_ns,
             beyond_horizon,
@@ -564,12 +569,19 @@ impl Scheduler {
         } else {
             at
         };
+        // Time passes for the shaper even while nothing is due (release_due then skips it), so
+        // that `at` is placed within its horizon from `now`.
+        self.shaper.advance(now);
         if let Err(e) = self.shaper.push(at, item) {
             // The shaper holds at most one item per packet and was sized for all of them,
             // and `at` was clamped into its horizon: neither error can happen.
             debug_assert!(false, "shaper refused an item: {e:?}");
             let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
-            self.unpark(item, now);
+            return self.unpark(item, now);
+        }
+        // A later item cannot come first (its bucket starts no earlier than the first's).
+        if at < self.shaper_due {
+            self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
         }
     }
 
@@ -745,7 +757,14 @@ impl Scheduler {
     }
 
     /// Release every shaper item due at `now`.
+    #[inline(always)]
     fn release_due(&mut self, now: u64) {
+        if now >= self.shaper_due {
+            self.release_due_slow(now);
+        }
+    }
+
+    fn release_due_slow(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
             if self.prefetch {
                 self.prefetch_releases();
@@ -753,6 +772,7 @@ impl Scheduler {
             // Continue from the time it was due, so chained gates keep exact spacing.
             self.unpark(e.item, e.rank.min(now));
         }
+        self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
     }
 
     /// Start loading what the next shaper releases will touch (see [`PREFETCH_AHEAD`]): the
@@ -809,7 +829,7 @@ impl Scheduler {
         let ready_at = if self.ready > 0 {
             Some(now)
         } else {
-            self.shaper.next_deadline()
+            (self.shaper_due != u64::MAX).then_some(self.shaper_due)
         };
         ready_at.map(|t| t.max(link_free).max(now))
     }
