@@ -793,7 +793,14 @@ impl Scheduler {
                 }
             } else if let Some(f) = self.flows.flows.get((item & !FLOW_ITEM) as usize) {
                 match k {
-                    0 => self.prefetch_packet(f.gate_next),
+                    0 => {
+                        // The packet going through, and (usually the one after it: flows keep
+                        // few packets queued) the last, which its gate stamps next.
+                        self.prefetch_packet(f.gate_next);
+                        if f.tail != f.gate_next {
+                            self.prefetch_packet(f.tail);
+                        }
+                    }
                     _ => prefetch(f),
                 }
             }
