@@ -310,4 +310,8 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
     fn upcoming(&self) -> &[T] {
         with_any_queue!(self, q => q.upcoming())
     }
+    #[inline]
+    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+        with_any_queue!(self, q => q.peek_upcoming())
+    }
 }

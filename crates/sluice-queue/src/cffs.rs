@@ -210,6 +210,11 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         self.store.front(self.first()?.0)
     }
 
+    #[inline]
+    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+        self.store.front_and_items(self.first()?.0)
+    }
+
     fn upcoming(&self) -> &[T] {
         match self.first() {
             Some((b, _)) => self.store.front_items(b),

@@ -236,6 +236,11 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
         self.store.front(self.first_bucket()?)
     }
 
+    #[inline]
+    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+        self.store.front_and_items(self.first_bucket()?)
+    }
+
     fn upcoming(&self) -> &[T] {
         match self.first_bucket() {
             Some(b) => self.store.front_items(b),

@@ -214,6 +214,13 @@ pub trait RankQueue<T: Copy> {
     fn upcoming(&self) -> &[T] {
         &[]
     }
+
+    /// [`RankQueue::peek_min`] and [`RankQueue::upcoming`] together, with one search for the
+    /// first item where the two would search twice.
+    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+        let e = self.peek_min()?;
+        Some((e, self.upcoming()))
+    }
 }
 
 /// Start loading the cache line holding `*r`, so that a later access finds it in the cache. A

@@ -271,6 +271,22 @@ impl<T: Copy> BucketStore<T> {
         })
     }
 
+    /// [`BucketStore::front`] and [`BucketStore::front_items`] of one bucket.
+    #[inline]
+    pub(crate) fn front_and_items(&self, bucket: usize) -> Option<(Entry<T>, &[T])> {
+        let head = self.lists[bucket].head;
+        if head == NIL {
+            return None;
+        }
+        let c = &self.chunks[head as usize];
+        let slot = c.head as usize;
+        let entry = Entry {
+            rank: c.ranks[slot],
+            item: c.items[slot],
+        };
+        Some((entry, &c.items[slot..c.tail as usize]))
+    }
+
     /// The items of `bucket`'s first chunk from its head on, in order: the first is the
     /// bucket's front; later ones may have been removed already.
     #[inline]

@@ -232,6 +232,11 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
         }
     }
 
+    #[inline]
+    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+        self.store.front_and_items(self.first()?.0)
+    }
+
     fn upcoming(&self) -> &[T] {
         match self.first() {
             Some((pos, _)) => self.store.front_items(pos),

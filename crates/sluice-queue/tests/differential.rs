@@ -216,6 +216,9 @@ fn run_on<Q: RankQueue<u32>>(
                 // The prefetch hint starts with the item that leaves next, and names only
                 // items that were queued.
                 let up = q.upcoming();
+                let both = q.peek_upcoming();
+                prop_assert_eq!(both.map(|(e, _)| e), q.peek_min(), "step {}", step);
+                prop_assert_eq!(both.map_or(&[][..], |(_, u)| u), up, "step {}", step);
                 if let Some(&first) = up.first() {
                     prop_assert_eq!(Some(first), q.peek_min().map(|e| e.item), "step {}", step);
                 }

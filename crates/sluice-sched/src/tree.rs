@@ -39,7 +39,7 @@
 //! reserved for the configured capacities. Time is passed in; nothing reads a clock.
 
 use crate::classify::Classifier;
-use crate::flow::{FlowTable, Member, NIL};
+use crate::flow::{Flow, FlowTable, Member, NIL};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
@@ -807,21 +807,6 @@ impl Scheduler {
         }
     }
 
-    /// Start loading the flows that a per-member leaf serves after `queue`'s first: the next
-    /// one's first packet record, the lines of those after it.
-    #[inline]
-    fn prefetch_members(&self, queue: &AnyQueue<u32>) {
-        let up = queue.upcoming();
-        for (k, &flow) in up.iter().take(PREFETCH_AHEAD).enumerate().skip(1) {
-            if let Some(f) = self.flows.flows.get(flow as usize) {
-                match k {
-                    1 => self.prefetch_packet(f.head),
-                    _ => prefetch(f),
-                }
-            }
-        }
-    }
-
     #[inline]
     fn prefetch_packet(&self, pkt: u32) {
         if let Some(r) = self.packets.items.get(pkt as usize) {
@@ -856,10 +841,10 @@ impl Scheduler {
         let mut n: NodeId = 0;
         let pkt = loop {
             let node = &mut self.nodes[n as usize];
-            let (item, rank, from) = match node.mode {
+            let (item, rank, from, upcoming) = match node.mode {
                 Mode::PerPacket => {
                     let e = node.queues[0].pop_min()?;
-                    (e.item, e.rank, 0)
+                    (e.item, e.rank, 0, &[][..])
                 }
                 Mode::PerMember => pick(&node.queues, node.dual, now)?,
             };
@@ -878,7 +863,7 @@ impl Scheduler {
                 Mode::PerPacket => item,
                 Mode::PerMember => {
                     if self.prefetch {
-                        self.prefetch_members(&self.nodes[n as usize].queues[from]);
+                        prefetch_members(&self.flows.flows, &self.packets.items, upcoming);
                     }
                     let f = &mut self.flows.flows[item as usize];
                     let pkt = f.head;
@@ -1203,20 +1188,40 @@ impl Scheduler {
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first
-/// reservation if it is due, else the first share.
+/// reservation if it is due, else the first share. Also names the members that the queue picked
+/// from serves next ([`RankQueue::upcoming`], found by the same search), for prefetching.
 #[inline]
-fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, usize)> {
+fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, usize, &[u32])> {
     if dual {
-        if let Some(e) = queues[0].peek_min() {
+        if let Some((e, up)) = queues[0].peek_upcoming() {
             if e.rank <= now {
-                return Some((e.item, e.rank, 0));
+                return Some((e.item, e.rank, 0, up));
             }
         }
-        let e = queues[1].peek_min()?;
-        return Some((e.item, e.rank, 1));
+        let (e, up) = queues[1].peek_upcoming()?;
+        return Some((e.item, e.rank, 1, up));
     }
-    let e = queues[0].peek_min()?;
-    Some((e.item, e.rank, 0))
+    let (e, up) = queues[0].peek_upcoming()?;
+    Some((e.item, e.rank, 0, up))
+}
+
+/// Start loading the flows that a per-member leaf serves after the one it serves now
+/// (`upcoming`, the current one first): the next one's first packet record, the lines of those
+/// after it.
+#[inline]
+fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32]) {
+    for (k, &flow) in upcoming.iter().take(PREFETCH_AHEAD).enumerate().skip(1) {
+        if let Some(f) = flows.get(flow as usize) {
+            match k {
+                1 => {
+                    if let Some(r) = packets.get(f.head as usize) {
+                        prefetch(r);
+                    }
+                }
+                _ => prefetch(f),
+            }
+        }
+    }
 }
 
 /// Put `member` at `ranks` in `queues` (moving it if it is there already). After a service
