@@ -495,6 +495,7 @@ impl TreeBuilder {
                     dual: p.dual,
                     policy: p.policy,
                     queues,
+                    first_seen: 0,
                     queue_specs: p.queues,
                     gate: p.gate,
                     line: Default::default(),

@@ -280,6 +280,12 @@ pub(crate) struct Node {
     pub policy: Box<dyn Policy>,
     /// One queue, or two for dual policies (reservation, share).
     pub queues: Vec<AnyQueue<u32>>,
+    /// The rank of `queues[0]`'s first member when a pick last looked and found it not yet
+    /// due (`Rank::MAX`: the queue was empty), as long as nothing was pushed to or removed
+    /// from that queue since; 0 otherwise. A dual node's pick looks at its reservation queue
+    /// again only once `now` reaches it: reservations are mostly not yet due, and a member
+    /// served by share leaves that queue untouched.
+    pub first_seen: Rank,
     /// What each queue was built from.
     pub queue_specs: Vec<QueueSpec>,
     /// This node's rate limit.
@@ -637,7 +643,14 @@ impl Scheduler {
                         .arrived(&mut tags.tags, cfg, meta, tags.available, now)
                 };
                 if let Some(ranks) = ranks {
-                    place(&mut node.queues, tags, ranks, item, None);
+                    place(
+                        &mut node.queues,
+                        &mut node.first_seen,
+                        tags,
+                        ranks,
+                        item,
+                        None,
+                    );
                 }
             }
         }
@@ -846,7 +859,7 @@ impl Scheduler {
                     let e = node.queues[0].pop_min()?;
                     (e.item, e.rank, 0, &[][..])
                 }
-                Mode::PerMember => pick(&node.queues, node.dual, now)?,
+                Mode::PerMember => pick(&node.queues, &mut node.first_seen, node.dual, now)?,
             };
             self.path[depth] = Step {
                 node: n,
@@ -939,12 +952,14 @@ impl Scheduler {
                 if m.available > 0 {
                     place(
                         &mut node.queues,
+                        &mut node.first_seen,
                         m,
                         ranks,
                         step.item,
                         Some((step.from, step.rank)),
                     );
                 } else {
+                    node.first_seen = 0;
                     for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
                         if let Some(h) = h.take() {
                             let _ = q.remove(h);
@@ -1188,14 +1203,22 @@ impl Scheduler {
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first
-/// reservation if it is due, else the first share. Also names the members that the queue picked
+/// reservation if it is due (looked at only once `now` reaches `first_seen`, see
+/// [`Node::first_seen`]), else the first share. Also names the members that the queue picked
 /// from serves next ([`RankQueue::upcoming`], found by the same search), for prefetching.
 #[inline]
-fn pick(queues: &[AnyQueue<u32>], dual: bool, now: u64) -> Option<(u32, Rank, usize, &[u32])> {
+fn pick<'q>(
+    queues: &'q [AnyQueue<u32>],
+    first_seen: &mut Rank,
+    dual: bool,
+    now: u64,
+) -> Option<(u32, Rank, usize, &'q [u32])> {
     if dual {
-        if let Some((e, up)) = queues[0].peek_upcoming() {
-            if e.rank <= now {
-                return Some((e.item, e.rank, 0, up));
+        if now >= *first_seen {
+            match queues[0].peek_upcoming() {
+                Some((e, up)) if e.rank <= now => return Some((e.item, e.rank, 0, up)),
+                Some((e, _)) => *first_seen = e.rank,
+                None => *first_seen = Rank::MAX,
             }
         }
         let (e, up) = queues[1].peek_upcoming()?;
@@ -1234,6 +1257,7 @@ fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32]) {
 #[inline]
 fn place(
     queues: &mut [AnyQueue<u32>],
+    first_seen: &mut Rank,
     m: &mut Member,
     ranks: [Rank; 2],
     item: u32,
@@ -1250,6 +1274,9 @@ fn place(
             if unchanged {
                 continue;
             }
+        }
+        if i == 0 {
+            *first_seen = 0; // queue 0 changes: look again
         }
         if let Some(h) = m.handles[i].take() {
             let _ = q.remove(h);
