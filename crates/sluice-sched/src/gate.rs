@@ -57,8 +57,15 @@ impl Gate {
     /// it may go at once).
     #[inline]
     pub fn stamp(&mut self, now: u64, len: u32) -> u64 {
-        let floor = (u128::from(now) << 32).saturating_sub(self.rate.tx_time_fp(self.burst_bytes));
-        let start = self.lts.max(floor);
+        let now_fp = u128::from(now) << 32;
+        // A backlogged gate (its last timestamp at or past now) starts from it whatever the
+        // burst: the floor below now need not be computed (a 128-bit division).
+        let start = if self.lts >= now_fp {
+            self.lts
+        } else {
+            self.lts
+                .max(now_fp.saturating_sub(self.rate.tx_time_fp(self.burst_bytes)))
+        };
         self.lts = start + self.rate.tx_time_fp(u64::from(len));
         (start >> 32) as u64
     }

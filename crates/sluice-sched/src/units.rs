@@ -98,6 +98,9 @@ impl Rate {
     /// Time to send `bytes` at this rate, in 32.32 fixed-point nanoseconds.
     #[inline]
     pub fn tx_time_fp(self, bytes: u64) -> u128 {
+        if bytes == 0 {
+            return 0; // a gate without burst: no 128-bit division
+        }
         ((u128::from(bytes) * 8_000_000_000) << 32) / u128::from(self.0.get())
     }
 
