@@ -62,6 +62,8 @@ const _: () = assert!(std::mem::size_of::<Chunk<u32>>() == 128);
 const _: () = assert!(std::mem::offset_of!(Chunk<u32>, ranks) == 56);
 
 impl<T> Chunk<T> {
+    /// Live entries (for the invariant check).
+    #[cfg(test)]
     fn live(&self) -> u32 {
         let span = u32::from(self.tail - self.head);
         let window = if self.tail as usize == CHUNK_SLOTS {
@@ -366,7 +368,9 @@ impl<T: Copy> BucketStore<T> {
         };
         let bucket = c.bucket as usize;
         c.skip_dead();
-        if c.live() == 0 {
+        // The head is now a live slot or the tail: the chunk holds nothing live exactly when
+        // it reached the tail.
+        if c.head == c.tail {
             self.release(idx);
         }
         self.len -= 1;
