@@ -840,6 +840,7 @@ impl Scheduler {
     }
 
     /// Take the next packet to send at `now`, if any is ready.
+    #[inline]
     pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
         self.release_due(now);
         if self.ready == 0 {
@@ -849,6 +850,13 @@ impl Scheduler {
             self.root_waited = true;
             return None;
         }
+        self.dequeue_ready(now)
+    }
+
+    /// [`Scheduler::dequeue`] once a packet may leave: a function of its own, so that the calls
+    /// that find nothing to send (a host polling, a closed root gate) stay a few instructions.
+    #[inline(never)]
+    fn dequeue_ready(&mut self, now: u64) -> Option<Dequeued> {
         self.ready -= 1;
         let mut depth = 0;
         let mut n: NodeId = 0;
