@@ -1241,16 +1241,15 @@ fn pick<'q>(
 /// after it.
 #[inline]
 fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32]) {
-    for (k, &flow) in upcoming.iter().take(PREFETCH_AHEAD).enumerate().skip(1) {
+    let ahead = &upcoming[..upcoming.len().min(PREFETCH_AHEAD)];
+    if let Some(f) = ahead.get(1).and_then(|&flow| flows.get(flow as usize)) {
+        if let Some(r) = packets.get(f.head as usize) {
+            prefetch(r);
+        }
+    }
+    for &flow in ahead.get(2..).unwrap_or_default() {
         if let Some(f) = flows.get(flow as usize) {
-            match k {
-                1 => {
-                    if let Some(r) = packets.get(f.head as usize) {
-                        prefetch(r);
-                    }
-                }
-                _ => prefetch(f),
-            }
+            prefetch(f);
         }
     }
 }
