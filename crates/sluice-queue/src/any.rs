@@ -311,6 +311,10 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
         with_any_queue!(self, q => q.upcoming())
     }
     #[inline]
+    fn upcoming_after(&self) -> &[T] {
+        with_any_queue!(self, q => q.upcoming_after())
+    }
+    #[inline]
     fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
         with_any_queue!(self, q => q.peek_upcoming())
     }

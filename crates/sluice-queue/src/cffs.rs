@@ -222,6 +222,13 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         }
     }
 
+    fn upcoming_after(&self) -> &[T] {
+        match self.first() {
+            Some((b, _)) => self.store.second_items(b),
+            None => &[],
+        }
+    }
+
     #[inline]
     fn rank_of(&self, handle: Handle) -> Option<Rank> {
         self.store.rank_of(handle)

@@ -248,6 +248,13 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
         }
     }
 
+    fn upcoming_after(&self) -> &[T] {
+        match self.first_bucket() {
+            Some(b) => self.store.second_items(b),
+            None => &[],
+        }
+    }
+
     #[inline]
     fn rank_of(&self, handle: Handle) -> Option<Rank> {
         self.store.rank_of(handle)

@@ -215,6 +215,13 @@ pub trait RankQueue<T: Copy> {
         &[]
     }
 
+    /// The items after [`RankQueue::upcoming`]'s that the queue can name without work (a
+    /// bucketed queue: its first bucket's next chunk), so that a host's prefetching keeps its
+    /// distance where `upcoming` runs short. A hint with the same caveats; empty by default.
+    fn upcoming_after(&self) -> &[T] {
+        &[]
+    }
+
     /// [`RankQueue::peek_min`] and [`RankQueue::upcoming`] together, with one search for the
     /// first item where the two would search twice.
     fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {

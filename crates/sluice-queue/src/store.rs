@@ -301,6 +301,23 @@ impl<T: Copy> BucketStore<T> {
         &c.items[c.head as usize..c.tail as usize]
     }
 
+    /// The items of the chunk after `bucket`'s first one (empty if there is none): with
+    /// [`BucketStore::front_items`], what leaves next across a chunk boundary.
+    #[inline]
+    pub(crate) fn second_items(&self, bucket: usize) -> &[T] {
+        let head = self.lists[bucket].head;
+        if head == NIL {
+            return &[];
+        }
+        match self.chunks[head as usize].next {
+            NIL => &[],
+            next => {
+                let c = &self.chunks[next as usize];
+                &c.items[c.head as usize..c.tail as usize]
+            }
+        }
+    }
+
     /// Take the first entry of `bucket`.
     #[inline(always)]
     pub(crate) fn pop_front(&mut self, bucket: usize) -> Option<Entry<T>> {
@@ -314,6 +331,15 @@ impl<T: Copy> BucketStore<T> {
             rank: c.ranks[slot],
             item: c.items[slot],
         };
+        let next = c.next;
+        if slot == 0 && next != NIL {
+            // Starting on a chunk: load the one after it while this one's items go (a bucket
+            // that is consumed long after it was filled, a timing wheel's, misses on each).
+            if let Some(n) = self.chunks.get(next as usize) {
+                crate::prefetch(n);
+            }
+        }
+        let c = &mut self.chunks[head as usize];
         c.head += 1;
         c.skip_dead();
         if c.head == c.tail {
@@ -423,10 +449,12 @@ mod tests {
     fn front_items_name_the_next_items_of_the_head_chunk() {
         let mut s = BucketStore::new(2, 100).unwrap();
         assert!(s.front_items(1).is_empty());
+        assert!(s.second_items(1).is_empty());
         let handles: Vec<Handle> = (0..10u32)
             .map(|i| s.push_back(1, u64::from(i), i).unwrap())
             .collect();
         assert_eq!(s.front_items(1), &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(s.second_items(1), &[8, 9], "the chunk after the head chunk");
         s.pop_front(1);
         s.remove(handles[1]).unwrap();
         // Removing the front moves the head past it: the first item is always live.
@@ -435,7 +463,9 @@ mod tests {
             s.pop_front(1);
         }
         assert_eq!(s.front_items(1), &[8, 9], "the next chunk");
+        assert!(s.second_items(1).is_empty(), "no chunk after it");
         assert!(s.front_items(0).is_empty());
+        assert!(s.second_items(0).is_empty());
     }
 
     #[test]

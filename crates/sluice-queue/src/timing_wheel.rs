@@ -244,6 +244,13 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
         }
     }
 
+    fn upcoming_after(&self) -> &[T] {
+        match self.first() {
+            Some((pos, _)) => self.store.second_items(pos),
+            None => &[],
+        }
+    }
+
     /// Move the front to `now`'s slot, or to the first queued packet's slot if that comes
     /// earlier. Later pushes with timestamps before the front go to the front.
     #[inline]

@@ -223,6 +223,10 @@ fn run_on<Q: RankQueue<u32>>(
                     prop_assert_eq!(Some(first), q.peek_min().map(|e| e.item), "step {}", step);
                 }
                 prop_assert!(up.iter().all(|&i| i < next_item), "step {}: upcoming", step);
+                // The items after them were queued too, and come only with a first item.
+                let after = q.upcoming_after();
+                prop_assert!(after.iter().all(|&i| i < next_item), "step {}", step);
+                prop_assert!(after.is_empty() || !up.is_empty(), "step {}", step);
                 prop_assert_eq!(
                     q.next_deadline(),
                     o.next_deadline(),

@@ -793,13 +793,14 @@ impl Scheduler {
     /// of the flows or records after it.
     #[inline]
     fn prefetch_releases(&self) {
-        for (k, &item) in self
-            .shaper
-            .upcoming()
-            .iter()
-            .take(PREFETCH_AHEAD)
-            .enumerate()
-        {
+        let front = self.shaper.upcoming();
+        // Near the end of a chunk the front names fewer: look into the next one.
+        let after = if front.len() < PREFETCH_AHEAD {
+            self.shaper.upcoming_after()
+        } else {
+            &[]
+        };
+        for (k, &item) in front.iter().chain(after).take(PREFETCH_AHEAD).enumerate() {
             if item & FLOW_ITEM == 0 {
                 if let Some(h) = self.pending.items.get(item as usize) {
                     prefetch(h);
@@ -884,7 +885,13 @@ impl Scheduler {
                 Mode::PerPacket => item,
                 Mode::PerMember => {
                     if self.prefetch {
-                        prefetch_members(&self.flows.flows, &self.packets.items, upcoming);
+                        // Near the end of a chunk the front names fewer: look into the next.
+                        let after = if upcoming.len() < PREFETCH_AHEAD {
+                            node.queues[from].upcoming_after()
+                        } else {
+                            &[]
+                        };
+                        prefetch_members(&self.flows.flows, &self.packets.items, upcoming, after);
                     }
                     let f = &mut self.flows.flows[item as usize];
                     let pkt = f.head;
@@ -1237,18 +1244,21 @@ fn pick<'q>(
 }
 
 /// Start loading the flows that a per-member leaf serves after the one it serves now
-/// (`upcoming`, the current one first): the next one's first packet record, the lines of those
-/// after it.
+/// (`upcoming`, the current one first, then `after`): the next one's first packet record, the
+/// lines of those after it.
 #[inline]
-fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32]) {
-    let ahead = &upcoming[..upcoming.len().min(PREFETCH_AHEAD)];
-    if let Some(f) = ahead.get(1).and_then(|&flow| flows.get(flow as usize)) {
+fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32], after: &[u32]) {
+    let ahead = |k: usize| match upcoming.get(k) {
+        Some(&flow) => Some(flow),
+        None => after.get(k - upcoming.len()).copied(),
+    };
+    if let Some(f) = ahead(1).and_then(|flow| flows.get(flow as usize)) {
         if let Some(r) = packets.get(f.head as usize) {
             prefetch(r);
         }
     }
-    for &flow in ahead.get(2..).unwrap_or_default() {
-        if let Some(f) = flows.get(flow as usize) {
+    for k in 2..PREFETCH_AHEAD {
+        if let Some(f) = ahead(k).and_then(|flow| flows.get(flow as usize)) {
             prefetch(f);
         }
     }
