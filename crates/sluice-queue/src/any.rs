@@ -7,7 +7,7 @@ use crate::{
     ApproxGradientQueue, BTreeQueue, BinaryHeapQueue, BucketHeapQueue, CircularApproxQueue,
     CircularConfig, CircularFfsQueue, ConfigError, Entry, FfsQueue, GradientQueue, Handle,
     HierFfsQueue, Overflow, PushError, QueueStats, RangeConfig, Rank, RankQueue, SkipListQueue,
-    StaleHandle, TimingWheel, WheelConfig,
+    StaleHandle, TimingWheel, Upcoming, WheelConfig,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -307,15 +307,11 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
         with_any_queue!(self, q => q.stats())
     }
     #[inline]
-    fn upcoming(&self) -> &[T] {
+    fn upcoming(&self) -> Upcoming<'_, T> {
         with_any_queue!(self, q => q.upcoming())
     }
     #[inline]
-    fn upcoming_after(&self) -> &[T] {
-        with_any_queue!(self, q => q.upcoming_after())
-    }
-    #[inline]
-    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+    fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         with_any_queue!(self, q => q.peek_upcoming())
     }
 }

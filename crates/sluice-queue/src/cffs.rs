@@ -38,6 +38,7 @@ use crate::fixed::{BucketIndex, Granularity, MAX_BUCKETS, check_buckets};
 use crate::store::BucketStore;
 use crate::{
     ConfigError, Entry, Handle, Overflow, PushError, QueueStats, Rank, RankQueue, StaleHandle,
+    Upcoming,
 };
 
 /// Configuration of a [`CircularQueue`].
@@ -211,21 +212,14 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
     }
 
     #[inline]
-    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+    fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         self.store.front_and_items(self.first()?.0)
     }
 
-    fn upcoming(&self) -> &[T] {
+    fn upcoming(&self) -> Upcoming<'_, T> {
         match self.first() {
             Some((b, _)) => self.store.front_items(b),
-            None => &[],
-        }
-    }
-
-    fn upcoming_after(&self) -> &[T] {
-        match self.first() {
-            Some((b, _)) => self.store.second_items(b),
-            None => &[],
+            None => Upcoming::EMPTY,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::error::check_capacity;
 use crate::store::{BucketStore, MAX_CHUNKS};
 use crate::{
     ConfigError, Entry, Handle, Overflow, PushError, QueueStats, Rank, RankQueue, StaleHandle,
+    Upcoming,
 };
 
 /// How a bucketed queue finds its first non-empty bucket.
@@ -237,21 +238,14 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
     }
 
     #[inline]
-    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+    fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         self.store.front_and_items(self.first_bucket()?)
     }
 
-    fn upcoming(&self) -> &[T] {
+    fn upcoming(&self) -> Upcoming<'_, T> {
         match self.first_bucket() {
             Some(b) => self.store.front_items(b),
-            None => &[],
-        }
-    }
-
-    fn upcoming_after(&self) -> &[T] {
-        match self.first_bucket() {
-            Some(b) => self.store.second_items(b),
-            None => &[],
+            None => Upcoming::EMPTY,
         }
     }
 

@@ -208,25 +208,64 @@ pub trait RankQueue<T: Copy> {
     fn stats(&self) -> QueueStats;
 
     /// A few of the items that leave next, in order, as far as the queue can tell without
-    /// work: the first is the one `peek_min` returns; later ones may since have been removed.
-    /// A hint, so that a host can prefetch what they point to; empty if the queue cannot tell
-    /// cheaply (the default, and the baselines).
-    fn upcoming(&self) -> &[T] {
-        &[]
-    }
-
-    /// The items after [`RankQueue::upcoming`]'s that the queue can name without work (a
-    /// bucketed queue: its first bucket's next chunk), so that a host's prefetching keeps its
-    /// distance where `upcoming` runs short. A hint with the same caveats; empty by default.
-    fn upcoming_after(&self) -> &[T] {
-        &[]
+    /// work (see [`Upcoming`]): the first is the one `peek_min` returns; later ones may since
+    /// have been removed. A hint, so that a host can prefetch what they point to; empty if the
+    /// queue cannot tell cheaply (the default, and the baselines).
+    fn upcoming(&self) -> Upcoming<'_, T> {
+        Upcoming::EMPTY
     }
 
     /// [`RankQueue::peek_min`] and [`RankQueue::upcoming`] together, with one search for the
     /// first item where the two would search twice.
-    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+    fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         let e = self.peek_min()?;
         Some((e, self.upcoming()))
+    }
+}
+
+/// How many items a bucketed queue's [`Upcoming`] names when it holds them: enough for a host
+/// to prefetch a few items ahead of the one it handles.
+pub const UPCOMING: usize = 4;
+
+/// The items that leave next ([`RankQueue::upcoming`]): the first bucket's items from its
+/// first chunk's head to that chunk's end (`front`), and, when those are fewer than
+/// [`UPCOMING`], the bucket's next chunk (`after`), so that a look-ahead keeps its distance
+/// across a chunk boundary.
+#[derive(Debug)]
+pub struct Upcoming<'a, T> {
+    /// From the first item on, to the end of its chunk.
+    pub front: &'a [T],
+    /// The next chunk's items, if `front` is short.
+    pub after: &'a [T],
+}
+
+impl<T> Clone for Upcoming<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Upcoming<'_, T> {}
+
+impl<T: Copy> Upcoming<'_, T> {
+    /// Nothing known.
+    pub const EMPTY: Self = Upcoming {
+        front: &[],
+        after: &[],
+    };
+
+    /// The `k`-th item to leave (0: the first), if named.
+    #[inline]
+    pub fn get(&self, k: usize) -> Option<T> {
+        match self.front.get(k) {
+            Some(&item) => Some(item),
+            None => self.after.get(k - self.front.len()).copied(),
+        }
+    }
+
+    /// Every item named, in order.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        self.front.iter().chain(self.after).copied()
     }
 }
 

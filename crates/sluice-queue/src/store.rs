@@ -29,7 +29,9 @@
 //! - every chunk is either on exactly one bucket list or on the free stack.
 
 use crate::error::{filled, reserved};
-use crate::{ConfigError, Entry, Handle, PushError, QueueStats, Rank, StaleHandle};
+use crate::{
+    ConfigError, Entry, Handle, PushError, QueueStats, Rank, StaleHandle, UPCOMING, Upcoming,
+};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -275,7 +277,7 @@ impl<T: Copy> BucketStore<T> {
 
     /// [`BucketStore::front`] and [`BucketStore::front_items`] of one bucket.
     #[inline]
-    pub(crate) fn front_and_items(&self, bucket: usize) -> Option<(Entry<T>, &[T])> {
+    pub(crate) fn front_and_items(&self, bucket: usize) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         let head = self.lists[bucket].head;
         if head == NIL {
             return None;
@@ -286,36 +288,32 @@ impl<T: Copy> BucketStore<T> {
             rank: c.ranks[slot],
             item: c.items[slot],
         };
-        Some((entry, &c.items[slot..c.tail as usize]))
+        Some((entry, self.upcoming_from(c)))
     }
 
-    /// The items of `bucket`'s first chunk from its head on, in order: the first is the
-    /// bucket's front; later ones may have been removed already.
+    /// The items of `bucket` that leave next (see [`Upcoming`]): its first chunk's from the
+    /// head on (the first is the bucket's front; later ones may have been removed already),
+    /// and the next chunk's if those are few.
     #[inline]
-    pub(crate) fn front_items(&self, bucket: usize) -> &[T] {
-        let head = self.lists[bucket].head;
-        if head == NIL {
-            return &[];
+    pub(crate) fn front_items(&self, bucket: usize) -> Upcoming<'_, T> {
+        match self.lists[bucket].head {
+            NIL => Upcoming::EMPTY,
+            head => self.upcoming_from(&self.chunks[head as usize]),
         }
-        let c = &self.chunks[head as usize];
-        &c.items[c.head as usize..c.tail as usize]
     }
 
-    /// The items of the chunk after `bucket`'s first one (empty if there is none): with
-    /// [`BucketStore::front_items`], what leaves next across a chunk boundary.
     #[inline]
-    pub(crate) fn second_items(&self, bucket: usize) -> &[T] {
-        let head = self.lists[bucket].head;
-        if head == NIL {
-            return &[];
-        }
-        match self.chunks[head as usize].next {
-            NIL => &[],
-            next => {
-                let c = &self.chunks[next as usize];
-                &c.items[c.head as usize..c.tail as usize]
+    fn upcoming_from<'a>(&'a self, c: &'a Chunk<T>) -> Upcoming<'a, T> {
+        let front = &c.items[c.head as usize..c.tail as usize];
+        // The next chunk was prefetched when `c` started (pop_front), UPCOMING pops ago.
+        let after = match c.next {
+            next if next != NIL && front.len() < UPCOMING => {
+                let n = &self.chunks[next as usize];
+                &n.items[n.head as usize..n.tail as usize]
             }
-        }
+            _ => &[],
+        };
+        Upcoming { front, after }
     }
 
     /// Take the first entry of `bucket`.
@@ -448,24 +446,40 @@ mod tests {
     #[test]
     fn front_items_name_the_next_items_of_the_head_chunk() {
         let mut s = BucketStore::new(2, 100).unwrap();
-        assert!(s.front_items(1).is_empty());
-        assert!(s.second_items(1).is_empty());
+        let named = |s: &BucketStore<u32>, b| {
+            let up = s.front_items(b);
+            (up.front.to_vec(), up.after.to_vec())
+        };
+        assert_eq!(named(&s, 1), (vec![], vec![]));
         let handles: Vec<Handle> = (0..10u32)
             .map(|i| s.push_back(1, u64::from(i), i).unwrap())
             .collect();
-        assert_eq!(s.front_items(1), &[0, 1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(s.second_items(1), &[8, 9], "the chunk after the head chunk");
+        assert_eq!(named(&s, 1), (vec![0, 1, 2, 3, 4, 5, 6, 7], vec![]));
         s.pop_front(1);
         s.remove(handles[1]).unwrap();
         // Removing the front moves the head past it: the first item is always live.
-        assert_eq!(s.front_items(1), &[2, 3, 4, 5, 6, 7]);
-        for _ in 0..6 {
+        assert_eq!(named(&s, 1), (vec![2, 3, 4, 5, 6, 7], vec![]));
+        s.pop_front(1);
+        s.pop_front(1);
+        assert_eq!(
+            named(&s, 1),
+            (vec![4, 5, 6, 7], vec![]),
+            "UPCOMING in the head chunk"
+        );
+        s.pop_front(1);
+        // Fewer than UPCOMING left in the head chunk: the next chunk's come too.
+        assert_eq!(named(&s, 1), (vec![5, 6, 7], vec![8, 9]));
+        assert_eq!(s.front_items(1).get(3), Some(8));
+        assert_eq!(s.front_items(1).iter().collect::<Vec<_>>(), [5, 6, 7, 8, 9]);
+        for _ in 0..3 {
             s.pop_front(1);
         }
-        assert_eq!(s.front_items(1), &[8, 9], "the next chunk");
-        assert!(s.second_items(1).is_empty(), "no chunk after it");
-        assert!(s.front_items(0).is_empty());
-        assert!(s.second_items(0).is_empty());
+        assert_eq!(
+            named(&s, 1),
+            (vec![8, 9], vec![]),
+            "the next chunk, and none after it"
+        );
+        assert_eq!(named(&s, 0), (vec![], vec![]));
     }
 
     #[test]

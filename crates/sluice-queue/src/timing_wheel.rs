@@ -29,6 +29,7 @@ use crate::fixed::{Granularity, MAX_BUCKETS, check_buckets};
 use crate::store::BucketStore;
 use crate::{
     ConfigError, Entry, Handle, Overflow, PushError, QueueStats, Rank, RankQueue, StaleHandle,
+    Upcoming,
 };
 
 /// Configuration of a [`TimingWheel`].
@@ -233,21 +234,14 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
     }
 
     #[inline]
-    fn peek_upcoming(&self) -> Option<(Entry<T>, &[T])> {
+    fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         self.store.front_and_items(self.first()?.0)
     }
 
-    fn upcoming(&self) -> &[T] {
+    fn upcoming(&self) -> Upcoming<'_, T> {
         match self.first() {
             Some((pos, _)) => self.store.front_items(pos),
-            None => &[],
-        }
-    }
-
-    fn upcoming_after(&self) -> &[T] {
-        match self.first() {
-            Some((pos, _)) => self.store.second_items(pos),
-            None => &[],
+            None => Upcoming::EMPTY,
         }
     }
 

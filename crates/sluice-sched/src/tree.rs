@@ -44,7 +44,9 @@ use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
 use crate::units::Rate;
-use sluice_queue::{AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue, prefetch};
+use sluice_queue::{
+    AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
+};
 use std::fmt;
 
 /// Index of a node; 0 is the root.
@@ -182,8 +184,10 @@ struct Held {
 /// million flows nearly every touch of a flow or packet misses the cache; the shaper releases
 /// flows in bursts and a fair-queuing leaf serves its flows in a known order, so loading the
 /// next few while the current one is handled overlaps their misses (`sluice bench sched`,
-/// fq_pacing at 1e6 flows: about a fifth less time per packet).
+/// fq_pacing at 1e6 flows: about a fifth less time per packet). Queues name at least this
+/// many when they hold them, across chunk boundaries too.
 const PREFETCH_AHEAD: usize = 4;
+const _: () = assert!(PREFETCH_AHEAD <= UPCOMING);
 
 /// Prefetch only when flows and packet records take more than this: below it they stay in
 /// the caches, and the hints would only cost instructions (about a tenth more time per packet
@@ -793,14 +797,8 @@ impl Scheduler {
     /// of the flows or records after it.
     #[inline]
     fn prefetch_releases(&self) {
-        let front = self.shaper.upcoming();
-        // Near the end of a chunk the front names fewer: look into the next one.
-        let after = if front.len() < PREFETCH_AHEAD {
-            self.shaper.upcoming_after()
-        } else {
-            &[]
-        };
-        for (k, &item) in front.iter().chain(after).take(PREFETCH_AHEAD).enumerate() {
+        let upcoming = self.shaper.upcoming();
+        for (k, item) in upcoming.iter().take(PREFETCH_AHEAD).enumerate() {
             if item & FLOW_ITEM == 0 {
                 if let Some(h) = self.pending.items.get(item as usize) {
                     prefetch(h);
@@ -866,7 +864,7 @@ impl Scheduler {
             let (item, rank, from, upcoming) = match node.mode {
                 Mode::PerPacket => {
                     let e = node.queues[0].pop_min()?;
-                    (e.item, e.rank, 0, &[][..])
+                    (e.item, e.rank, 0, Upcoming::EMPTY)
                 }
                 Mode::PerMember => pick(&node.queues, &mut node.first_seen, node.dual, now)?,
             };
@@ -885,13 +883,7 @@ impl Scheduler {
                 Mode::PerPacket => item,
                 Mode::PerMember => {
                     if self.prefetch {
-                        // Near the end of a chunk the front names fewer: look into the next.
-                        let after = if upcoming.len() < PREFETCH_AHEAD {
-                            node.queues[from].upcoming_after()
-                        } else {
-                            &[]
-                        };
-                        prefetch_members(&self.flows.flows, &self.packets.items, upcoming, after);
+                        prefetch_members(&self.flows.flows, &self.packets.items, upcoming);
                     }
                     let f = &mut self.flows.flows[item as usize];
                     let pkt = f.head;
@@ -1227,7 +1219,7 @@ fn pick<'q>(
     first_seen: &mut Rank,
     dual: bool,
     now: u64,
-) -> Option<(u32, Rank, usize, &'q [u32])> {
+) -> Option<(u32, Rank, usize, Upcoming<'q, u32>)> {
     if dual {
         if now >= *first_seen {
             match queues[0].peek_upcoming() {
@@ -1244,21 +1236,17 @@ fn pick<'q>(
 }
 
 /// Start loading the flows that a per-member leaf serves after the one it serves now
-/// (`upcoming`, the current one first, then `after`): the next one's first packet record, the
-/// lines of those after it.
+/// (`upcoming`, the current one first): the next one's first packet record, the lines of those
+/// after it.
 #[inline]
-fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: &[u32], after: &[u32]) {
-    let ahead = |k: usize| match upcoming.get(k) {
-        Some(&flow) => Some(flow),
-        None => after.get(k - upcoming.len()).copied(),
-    };
-    if let Some(f) = ahead(1).and_then(|flow| flows.get(flow as usize)) {
+fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: Upcoming<'_, u32>) {
+    if let Some(f) = upcoming.get(1).and_then(|flow| flows.get(flow as usize)) {
         if let Some(r) = packets.get(f.head as usize) {
             prefetch(r);
         }
     }
     for k in 2..PREFETCH_AHEAD {
-        if let Some(f) = ahead(k).and_then(|flow| flows.get(flow as usize)) {
+        if let Some(f) = upcoming.get(k).and_then(|flow| flows.get(flow as usize)) {
             prefetch(f);
         }
     }
