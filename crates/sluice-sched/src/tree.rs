@@ -890,6 +890,13 @@ impl Scheduler {
                     f.head = self.packets.items[pkt as usize].next;
                     if f.head == NIL {
                         f.tail = NIL;
+                    } else if self.prefetch {
+                        // A departure is when a flow's next packet comes (TSQ in a host
+                        // stack; zD admission in sluice-flow, two packets in flight per flow),
+                        // and its arrival writes the flow's last record: load that now.
+                        if let Some(r) = self.packets.items.get(f.tail as usize) {
+                            prefetch(r);
+                        }
                     }
                     pkt
                 }
