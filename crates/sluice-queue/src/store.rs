@@ -305,7 +305,8 @@ impl<T: Copy> BucketStore<T> {
     #[inline]
     fn upcoming_from<'a>(&'a self, c: &'a Chunk<T>) -> Upcoming<'a, T> {
         let front = &c.items[c.head as usize..c.tail as usize];
-        // The next chunk was prefetched when `c` started (pop_front), UPCOMING pops ago.
+        // Read only when `front` is short: by then pop_front has usually prefetched the next
+        // chunk (when it started on `c`, at least UPCOMING pops earlier).
         let after = match c.next {
             next if next != NIL && front.len() < UPCOMING => {
                 let n = &self.chunks[next as usize];
