@@ -223,8 +223,8 @@ pub trait RankQueue<T: Copy> {
     }
 }
 
-/// How many items a bucketed queue's [`Upcoming`] names when it holds them: enough for a host
-/// to prefetch a few items ahead of the one it handles.
+/// How many items a bucketed queue's [`Upcoming`] names at least, if its first bucket's first
+/// two chunks hold them: enough for a host to prefetch a few items ahead of the one it handles.
 pub const UPCOMING: usize = 4;
 
 /// The items that leave next ([`RankQueue::upcoming`]): the first bucket's items from its

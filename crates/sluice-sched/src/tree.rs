@@ -184,8 +184,8 @@ struct Held {
 /// million flows nearly every touch of a flow or packet misses the cache; the shaper releases
 /// flows in bursts and a fair-queuing leaf serves its flows in a known order, so loading the
 /// next few while the current one is handled overlaps their misses (`sluice bench sched`,
-/// fq_pacing at 1e6 flows: about a fifth less time per packet). Queues name at least this
-/// many when they hold them, across chunk boundaries too.
+/// fq_pacing at 1e6 flows: about a fifth less time per packet). A bucketed queue names this
+/// many if its first bucket's first two chunks hold them ([`sluice_queue::Upcoming`]).
 const PREFETCH_AHEAD: usize = 4;
 const _: () = assert!(PREFETCH_AHEAD <= UPCOMING);
 
