@@ -1,29 +1,17 @@
 //! `sluice bench flow` as a user runs it: a tiny run, its JSON lines, CSV files and plot.
 
-use std::collections::HashMap;
-use std::process::Command;
+mod common;
 
-fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
+use common::{assert_rejected, number_text, scratch_dir, sluice_ok};
+use std::collections::HashMap;
 
 const QUEUES: [u64; 3] = [1, 16, 64];
 const FLOWS: [u64; 2] = [1000, 2000];
 
-/// The number after `"key":` in a JSON line, as written (to check its decimals).
-fn number_text<'a>(line: &'a str, key: &str) -> &'a str {
-    line.rsplit_once(&format!("\"{key}\":"))
-        .map(|(_, t)| t.trim_end_matches('}'))
-        .unwrap()
-}
-
 #[test]
 fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
-    let dir = std::env::temp_dir().join(format!("sluice-flow-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("flow");
+    let stdout = sluice_ok(&[
         "bench",
         "flow",
         "--json",
@@ -39,12 +27,6 @@ fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2 * QUEUES.len() + FLOWS.len(), "{stdout}");
     let mut seen: HashMap<(String, u64), usize> = HashMap::new();
@@ -117,8 +99,8 @@ fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
 
 #[test]
 fn bench_flow_tables_show_ratios_and_memory() {
-    let dir = std::env::temp_dir().join(format!("sluice-flow-t-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("flow-t");
+    let stdout = sluice_ok(&[
         "bench",
         "flow",
         "--quick",
@@ -133,12 +115,6 @@ fn bench_flow_tables_show_ratios_and_memory() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     for needle in [
         "doorbell/poll_all",
         "doorbell vs 16q",
@@ -156,7 +132,7 @@ fn bench_flow_tables_show_ratios_and_memory() {
 
 #[test]
 fn bench_flow_rejects_bad_options() {
-    for (args, needle) in [
+    assert_rejected(&[
         (
             &["bench", "flow", "--case", "bess"][..],
             "unknown case `bess`",
@@ -167,10 +143,5 @@ fn bench_flow_rejects_bad_options() {
         ),
         (&["bench", "flow", "--repeats", "0"][..], "at least 1"),
         (&["bench", "flow", "--flows", "1e9"][..], "supported"),
-    ] {
-        let out = sluice(args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-    }
+    ]);
 }

@@ -1,22 +1,17 @@
 //! `sluice bench sched` as a user runs it: a tiny run, its JSON lines, CSV and plot.
 
-use std::collections::HashMap;
-use std::process::Command;
+mod common;
 
-fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
+use common::{assert_rejected, number_text, scratch_dir, sluice_ok};
+use std::collections::HashMap;
 
 const CASES: [&str; 4] = ["hclock", "pfabric", "fq_pacing", "eiffel_fig47"];
 const IMPLS: [&str; 2] = ["sluice", "baseline"];
 
 #[test]
 fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
-    let dir = std::env::temp_dir().join(format!("sluice-sched-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("sched");
+    let stdout = sluice_ok(&[
         "bench",
         "sched",
         "--json",
@@ -29,12 +24,6 @@ fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), CASES.len() * IMPLS.len() * 2, "{stdout}");
     let mut seen = HashMap::new();
@@ -53,11 +42,9 @@ fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
         assert_eq!(*line, expected);
         assert!(CASES.contains(&case) && IMPLS.contains(&imp), "{line}");
         assert!([100, 200].contains(&flows), "{line}");
-        let text = line
-            .rsplit_once("\"ns_per_packet\":")
-            .map(|(_, t)| t.trim_end_matches('}'))
-            .unwrap();
-        let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+        let decimals = number_text(line, "ns_per_packet")
+            .split_once('.')
+            .map_or(0, |(_, d)| d.len());
         assert!(ns > 0.0 && decimals <= 1, "one decimal: {line}");
         *seen.entry((case.to_string(), imp.to_string())).or_insert(0) += 1;
     }
@@ -109,8 +96,8 @@ fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
 
 #[test]
 fn bench_sched_tables_have_a_speedup_column_per_case() {
-    let dir = std::env::temp_dir().join(format!("sluice-sched-t-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("sched-t");
+    let stdout = sluice_ok(&[
         "bench",
         "sched",
         "--flows",
@@ -124,12 +111,6 @@ fn bench_sched_tables_have_a_speedup_column_per_case() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("pfabric flows") && stdout.contains("fq_pacing flows"));
     assert!(stdout.contains("baseline (Linux fq port)") && stdout.contains("speedup"));
     assert!(!stdout.contains("hclock"));
@@ -138,7 +119,7 @@ fn bench_sched_tables_have_a_speedup_column_per_case() {
 
 #[test]
 fn bench_sched_rejects_bad_options() {
-    for (args, needle) in [
+    assert_rejected(&[
         (
             &["bench", "sched", "--case", "wfq"][..],
             "unknown case `wfq`",
@@ -149,10 +130,5 @@ fn bench_sched_rejects_bad_options() {
         ),
         (&["bench", "sched", "--repeats", "0"][..], "at least 1"),
         (&["bench", "sched", "--flows", "1e9"][..], "supported"),
-    ] {
-        let out = sluice(args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-    }
+    ]);
 }

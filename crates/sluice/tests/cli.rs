@@ -1,18 +1,13 @@
 //! The `sluice` command as a user runs it.
 
-use std::process::Command;
+mod common;
 
-fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
+use common::{assert_rejected, scratch_dir, sluice_ok};
 
 #[test]
 fn bench_queues_json_lines_have_the_exact_shape_and_every_structure() {
-    let dir = std::env::temp_dir().join(format!("sluice-cli-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("cli");
+    let stdout = sluice_ok(&[
         "bench",
         "queues",
         "--json",
@@ -25,12 +20,6 @@ fn bench_queues_json_lines_have_the_exact_shape_and_every_structure() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
     let names = [
         "timing_wheel",
@@ -82,8 +71,8 @@ fn bench_queues_json_lines_have_the_exact_shape_and_every_structure() {
 
 #[test]
 fn bench_queues_table_names_every_structure() {
-    let dir = std::env::temp_dir().join(format!("sluice-cli-t-{}", std::process::id()));
-    let out = sluice(&[
+    let dir = scratch_dir("cli-t");
+    let stdout = sluice_ok(&[
         "bench",
         "queues",
         "--n",
@@ -97,8 +86,6 @@ fn bench_queues_table_names_every_structure() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(out.status.success());
-    let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("times faster than binary_heap"));
     assert!(
         stdout.contains("cffs") && stdout.contains("timing_wheel") && stdout.contains("(1.0x)")
@@ -108,7 +95,7 @@ fn bench_queues_table_names_every_structure() {
 
 #[test]
 fn bad_options_are_clear_errors_with_a_nonzero_exit() {
-    for (args, needle) in [
+    assert_rejected(&[
         (
             &["bench", "queues", "--structure", "nope"][..],
             "unknown structure `nope`",
@@ -123,10 +110,5 @@ fn bad_options_are_clear_errors_with_a_nonzero_exit() {
         ),
         (&["bench", "queues", "--n", "0"][..], "between 1 and 1e10"),
         (&["bench", "queues", "--repeats", "0"][..], "at least 1"),
-    ] {
-        let out = sluice(args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
-    }
+    ]);
 }
