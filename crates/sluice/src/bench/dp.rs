@@ -37,7 +37,7 @@ mod procs;
 mod topo;
 mod traffic;
 
-use super::queues::parse_count;
+use super::common::parse_count;
 use crate::report::Table;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;

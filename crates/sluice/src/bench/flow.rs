@@ -39,7 +39,7 @@
 //! sizes (the targets) hold on a noisy machine. Every runner checks afterwards that it handed
 //! out every packet it queued, exactly once.
 
-use super::queues::parse_count;
+use super::common::{fmt_n, median, parse_count, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -157,20 +157,6 @@ struct Cell {
 impl Cell {
     fn mpps(&self) -> f64 {
         1e3 / self.ns_per_packet
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn fmt_n(n: usize) -> String {
-    let e = (n as f64).log10();
-    if e.fract() == 0.0 && n >= 1000 {
-        format!("1e{}", e as u32)
-    } else {
-        n.to_string()
     }
 }
 
@@ -695,30 +681,12 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     ])
 }
 
-fn pick_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
-    if names.is_empty() {
-        return Ok(Case::ALL.to_vec());
-    }
-    names
-        .iter()
-        .map(|s| {
-            Case::ALL
-                .into_iter()
-                .find(|c| c.name() == s.as_str())
-                .ok_or_else(|| {
-                    let known: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
-                    anyhow::anyhow!("unknown case `{s}`; expected one of: {}", known.join(", "))
-                })
-        })
-        .collect()
-}
-
 /// Run the benchmark.
 pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
     if args.repeats == 0 {
         bail!("--repeats must be at least 1");
     }
-    let cases = pick_cases(&args.case)?;
+    let cases = pick(&args.case, &Case::ALL, Case::name, "case")?;
     let queue_counts: Vec<usize> = if !args.queues.is_empty() {
         args.queues.clone()
     } else if args.quick {
@@ -1034,17 +1002,6 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cases_are_picked_by_name() {
-        assert_eq!(pick_cases(&[]).unwrap().len(), 4);
-        assert_eq!(
-            pick_cases(&["poll_all".into()]).unwrap(),
-            vec![Case::PollAll]
-        );
-        let err = pick_cases(&["bess".into()]).unwrap_err().to_string();
-        assert!(err.contains("unknown case `bess`"), "{err}");
-    }
 
     #[test]
     fn zipf_is_skewed_and_covers_the_range() {

@@ -1,6 +1,7 @@
 //! `sluice bench ...`: reports that run Sluice and its baselines in one process and print
 //! ratios (absolute times on shared machines are noise; ratios from one run are not).
 
+mod common;
 pub mod dp;
 pub mod flow;
 pub mod queues;

@@ -11,6 +11,7 @@
 //! At N above `--ops` a round is one fill and empty of N items, and there are fewer rounds
 //! (about `--repeats * --ops` items in all, at least one round).
 
+use super::common::{fmt_n, median, parse_count, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -55,23 +56,6 @@ pub struct QueuesArgs {
     out: PathBuf,
 }
 
-/// Parse counts like `1000`, `1e6`, `1_000_000`.
-pub fn parse_count(s: &str) -> Result<usize, String> {
-    let t = s.trim().replace('_', "");
-    let v = if let Some((m, e)) = t.split_once(['e', 'E']) {
-        let m: f64 = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
-        let e: i32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
-        m * 10f64.powi(e)
-    } else {
-        t.parse::<f64>()
-            .map_err(|_| format!("`{s}` is not a count"))?
-    };
-    if !(1.0..=1e10).contains(&v) || v.fract() != 0.0 {
-        return Err(format!("`{s}` must be a whole number between 1 and 1e10"));
-    }
-    Ok(v as usize)
-}
-
 #[derive(Serialize)]
 struct JsonLine<'a> {
     bench: &'static str,
@@ -86,11 +70,6 @@ struct Cell {
     kind: QueueKind,
     n: usize,
     ns_per_op: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// One structure, filled and ready to be timed. Boxed per structure so that the timed loops
@@ -221,41 +200,6 @@ fn measure_cell(
         }
     }
     Ok(samples.into_iter().map(median).collect())
-}
-
-fn pick<T: Copy>(
-    names: &[String],
-    all: &[T],
-    name: impl Fn(T) -> &'static str,
-    what: &str,
-) -> anyhow::Result<Vec<T>> {
-    if names.is_empty() {
-        return Ok(all.to_vec());
-    }
-    names
-        .iter()
-        .map(|s| {
-            all.iter()
-                .copied()
-                .find(|&k| name(k) == s.as_str())
-                .ok_or_else(|| {
-                    let known: Vec<&str> = all.iter().map(|&k| name(k)).collect();
-                    anyhow::anyhow!(
-                        "unknown {what} `{s}`; expected one of: {}",
-                        known.join(", ")
-                    )
-                })
-        })
-        .collect()
-}
-
-fn fmt_n(n: usize) -> String {
-    let e = (n as f64).log10();
-    if e.fract() == 0.0 {
-        format!("1e{}", e as u32)
-    } else {
-        n.to_string()
-    }
 }
 
 /// Run the benchmark.
@@ -403,27 +347,4 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
     report::plot_loglog(&svg, &panels, "items queued (N)", "ns per push+pop")?;
     eprintln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_parse_in_every_spelling() {
-        assert_eq!(parse_count("1000"), Ok(1000));
-        assert_eq!(parse_count("1e6"), Ok(1_000_000));
-        assert_eq!(parse_count("1_000"), Ok(1000));
-        assert_eq!(parse_count("2.5e3"), Ok(2500));
-        assert!(parse_count("0").is_err());
-        assert!(parse_count("1.5").is_err());
-        assert!(parse_count("ten").is_err());
-        assert!(parse_count("1e99").is_err());
-    }
-
-    #[test]
-    fn n_labels() {
-        assert_eq!(fmt_n(1000), "1e3");
-        assert_eq!(fmt_n(1500), "1500");
-    }
 }

@@ -15,7 +15,7 @@
 //! drop it. A cell is the median of its rounds. Afterwards both must have sent the same number of packets,
 //! rejected none and still hold two packets of every flow; otherwise the run fails.
 
-use super::queues::parse_count;
+use super::common::{fmt_n, median, parse_count, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -74,11 +74,6 @@ struct Cell {
     packets: u64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Time both implementations of `case` at `flows` flows, round-robin. Returns ns per packet
 /// and packets sent, per implementation, in [`Impl::ALL`] order.
 fn measure_cell(
@@ -123,39 +118,12 @@ fn measure_cell(
     Ok(samples.into_iter().map(median).zip(sent).collect())
 }
 
-fn pick_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
-    if names.is_empty() {
-        return Ok(Case::ALL.to_vec());
-    }
-    names
-        .iter()
-        .map(|s| {
-            Case::ALL
-                .into_iter()
-                .find(|c| c.name() == s.as_str())
-                .ok_or_else(|| {
-                    let known: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
-                    anyhow::anyhow!("unknown case `{s}`; expected one of: {}", known.join(", "))
-                })
-        })
-        .collect()
-}
-
-fn fmt_n(n: usize) -> String {
-    let e = (n as f64).log10();
-    if e.fract() == 0.0 {
-        format!("1e{}", e as u32)
-    } else {
-        n.to_string()
-    }
-}
-
 /// Run the benchmark.
 pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     if args.repeats == 0 {
         bail!("--repeats must be at least 1");
     }
-    let cases = pick_cases(&args.case)?;
+    let cases = pick(&args.case, &Case::ALL, Case::name, "case")?;
     let flow_counts: Vec<usize> = if !args.flows.is_empty() {
         args.flows.clone()
     } else if args.quick {
@@ -294,20 +262,4 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     report::plot_loglog(&svg, &panels, "flows (N)", "ns per packet")?;
     eprintln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cases_are_picked_by_name() {
-        assert_eq!(pick_cases(&[]).unwrap().len(), 4);
-        assert_eq!(
-            pick_cases(&["fq_pacing".into()]).unwrap(),
-            vec![Case::FqPacing]
-        );
-        let err = pick_cases(&["wfq".into()]).unwrap_err().to_string();
-        assert!(err.contains("unknown case `wfq`"), "{err}");
-    }
 }

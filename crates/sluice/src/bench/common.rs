@@ -1,0 +1,109 @@
+//! Small helpers every `sluice bench` report uses: counts on the command line, picking cases
+//! by name, medians and labels.
+
+/// Parse counts like `1000`, `1e6`, `1_000_000`.
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let v = if let Some((m, e)) = t.split_once(['e', 'E']) {
+        let m: f64 = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
+        let e: i32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
+        m * 10f64.powi(e)
+    } else {
+        t.parse::<f64>()
+            .map_err(|_| format!("`{s}` is not a count"))?
+    };
+    if !(1.0..=1e10).contains(&v) || v.fract() != 0.0 {
+        return Err(format!("`{s}` must be a whole number between 1 and 1e10"));
+    }
+    Ok(v as usize)
+}
+
+/// The items of `all` named in `names` (all of them if `names` is empty), in the order named,
+/// or an error naming the unknown one (a `what`) and listing the known ones.
+pub fn pick<T: Copy>(
+    names: &[String],
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+    what: &str,
+) -> anyhow::Result<Vec<T>> {
+    if names.is_empty() {
+        return Ok(all.to_vec());
+    }
+    names
+        .iter()
+        .map(|s| {
+            all.iter()
+                .copied()
+                .find(|&k| name(k) == s.as_str())
+                .ok_or_else(|| {
+                    let known: Vec<&str> = all.iter().map(|&k| name(k)).collect();
+                    anyhow::anyhow!(
+                        "unknown {what} `{s}`; expected one of: {}",
+                        known.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The median of a non-empty sample (the upper one of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A size as a table label: `1e3` for a power of ten from a thousand on, else the number.
+pub fn fmt_n(n: usize) -> String {
+    let e = (n as f64).log10();
+    if e.fract() == 0.0 && n >= 1000 {
+        format!("1e{}", e as u32)
+    } else {
+        n.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_in_every_spelling() {
+        assert_eq!(parse_count("1000"), Ok(1000));
+        assert_eq!(parse_count("1e6"), Ok(1_000_000));
+        assert_eq!(parse_count("1_000"), Ok(1000));
+        assert_eq!(parse_count("2.5e3"), Ok(2500));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("1.5").is_err());
+        assert!(parse_count("ten").is_err());
+        assert!(parse_count("1e99").is_err());
+    }
+
+    #[test]
+    fn n_labels() {
+        assert_eq!(fmt_n(1000), "1e3");
+        assert_eq!(fmt_n(1_000_000), "1e6");
+        assert_eq!(fmt_n(1500), "1500");
+        assert_eq!(fmt_n(100), "100");
+    }
+
+    #[test]
+    fn names_pick_in_order_and_unknown_ones_are_listed() {
+        let all = [1u8, 2, 3];
+        let name = |k: u8| ["one", "two", "three"][usize::from(k - 1)];
+        assert_eq!(pick(&[], &all, name, "case").unwrap(), vec![1, 2, 3]);
+        assert_eq!(
+            pick(&["three".into(), "one".into()], &all, name, "case").unwrap(),
+            vec![3, 1]
+        );
+        let err = pick(&["four".into()], &all, name, "case")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "unknown case `four`; expected one of: one, two, three");
+    }
+
+    #[test]
+    fn median_is_the_middle_value() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0]), 4.0);
+    }
+}
