@@ -348,7 +348,7 @@ fn every_policy_on_every_structure() {
     }
 }
 
-/// With `auto` queues (which puts approximate gradient queues under DRR, FQ and LSTF) there is
+/// With `auto` queues (which puts an approximate gradient queue under LSTF) there is
 /// no exact model, but nothing may be lost, duplicated or invented, and every packet leaves.
 #[test]
 fn auto_queues_deliver_every_packet_exactly_once() {
