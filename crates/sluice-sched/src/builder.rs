@@ -527,8 +527,10 @@ impl TreeBuilder {
     }
 }
 
-/// Dense moving ranges over more ranks than this get the approximate gradient from `auto`.
-const DENSE_APPROX_SPAN: u64 = 1024;
+/// Eiffel's threshold in Fig. 4.20: up to this many levels the choice of queue matters little,
+/// so `auto` gives a few levels an FFS and a dense moving range of this many ranks a cFFS (the
+/// approximate gradient only above it).
+const FEW_LEVELS: u64 = 1024;
 /// Buckets per range for moving ranges chosen by `auto`.
 const MOVING_BUCKETS: usize = 4096;
 /// Most buckets for fixed ranges chosen by `auto`.
@@ -537,11 +539,9 @@ const FIXED_BUCKETS: u64 = 1 << 16;
 /// The queue spec for a node: `choice`, sized from the rank `shape`, for `entries` entries.
 pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) -> QueueSpec {
     let auto_kind = match shape {
-        RankShape::Levels(l) if l <= 1024 => QueueKind::Ffs,
+        RankShape::Levels(l) if l <= FEW_LEVELS => QueueKind::Ffs,
         RankShape::Levels(_) | RankShape::Fixed { .. } => QueueKind::HierFfs,
-        RankShape::Moving { dense: true, span } if span > DENSE_APPROX_SPAN => {
-            QueueKind::CircularApprox
-        }
+        RankShape::Moving { dense: true, span } if span > FEW_LEVELS => QueueKind::CircularApprox,
         RankShape::Moving { .. } => QueueKind::Cffs,
     };
     let (kind, buckets, granularity) = match choice {
@@ -616,12 +616,12 @@ mod tests {
             (QueueKind::Cffs, 48, 1)
         );
         let edge = auto(RankShape::Moving {
-            span: DENSE_APPROX_SPAN,
+            span: FEW_LEVELS,
             dense: true,
         });
         assert_eq!(edge.kind, QueueKind::Cffs);
         let above = auto(RankShape::Moving {
-            span: DENSE_APPROX_SPAN + 1,
+            span: FEW_LEVELS + 1,
             dense: true,
         });
         assert_eq!(above.kind, QueueKind::CircularApprox);
