@@ -22,7 +22,7 @@
 //! The shaper is a timing wheel unless configured otherwise.
 
 use crate::classify::{Classifier, Match, Rule};
-use crate::policy::{MAX_WEIGHT, MemberCfg, Mode, PolicyKind, RankShape, ShapeCx};
+use crate::policy::{MAX_WEIGHT, MemberCfg, Mode, Policy, PolicyKind, RankShape, ShapeCx};
 use crate::tree::{MAX_DEPTH, Node, NodeId, NodeStats, Scheduler};
 use crate::units::Rate;
 use sluice_queue::approx_gradient::Window;
@@ -233,7 +233,7 @@ pub(crate) struct NodePlan {
     pub leaf: bool,
     pub mode: Mode,
     pub dual: bool,
-    pub policy: Box<dyn crate::policy::Policy>,
+    pub policy: crate::policy::AnyPolicy,
     pub queues: Vec<QueueSpec>,
     pub gate: Option<crate::gate::Gate>,
     pub member_cfg: Vec<MemberCfg>,

@@ -18,7 +18,7 @@ use crate::builder::{BuildError, TreeBuilder};
 use crate::classify::Classifier;
 use crate::gate::Gate;
 use crate::packet::{Meta, Packet};
-use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service, Tags};
+use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, RejectReason};
 use crate::units::Rate;
 use sluice_queue::Rank;
@@ -56,7 +56,7 @@ struct ONode {
     leaf: bool,
     mode: Mode,
     dual: bool,
-    policy: Box<dyn Policy>,
+    policy: AnyPolicy,
     pifos: Vec<Oracle<u32>>,
     gate: Option<Gate>,
     line: Line,

@@ -42,7 +42,7 @@ use crate::classify::Classifier;
 use crate::flow::{Flow, FlowTable, Member, NIL};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
-use crate::policy::{ABSENT, Backlog, MemberCfg, Mode, Policy, Service};
+use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service};
 use crate::units::Rate;
 use sluice_queue::{
     AnyQueue, Overflow, PushError, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
@@ -281,7 +281,7 @@ pub(crate) struct Node {
     pub leaf: bool,
     pub mode: Mode,
     pub dual: bool,
-    pub policy: Box<dyn Policy>,
+    pub policy: AnyPolicy,
     /// One queue, or two for dual policies (reservation, share).
     pub queues: Vec<AnyQueue<u32>>,
     /// The rank of `queues[0]`'s first member when a pick last looked and found it not yet
@@ -606,6 +606,7 @@ impl Scheduler {
     }
 
     /// A packet passed its flow's gate: it becomes available at its leaf.
+    #[inline]
     fn enter_leaf(&mut self, pkt: u32, now: u64) {
         let meta = self.packets.items[pkt as usize].meta;
         let leaf = self.flows.flows[meta.flow as usize].leaf;
@@ -619,6 +620,7 @@ impl Scheduler {
     }
 
     /// Node `n` is given a packet from its member `item` (child slot, flow, or the packet itself).
+    #[inline]
     fn give(&mut self, n: NodeId, item: u32, meta: &Meta, now: u64) {
         let node = &mut self.nodes[n as usize];
         node.stats.arrived += 1;
@@ -661,30 +663,31 @@ impl Scheduler {
     }
 
     /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
+    #[inline]
     fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
-            match self.at_gate(n, meta.len, now) {
-                Verdict::Pass => {}
-                Verdict::Hold => {
-                    self.nodes[n as usize].stats.shaped += 1;
-                    return self.hold(n, meta);
-                }
-                Verdict::Park(t) => {
-                    self.nodes[n as usize].stats.shaped += 1;
-                    return self.park_node(t, now, n, meta);
-                }
-            }
-            match self.nodes[n as usize].parent {
-                None => {
-                    self.ready += 1;
-                    return;
-                }
-                Some(p) => {
-                    let slot = self.nodes[n as usize].slot;
-                    self.give(p, slot, meta, now);
-                    n = p;
+            let node = &self.nodes[n as usize];
+            let Some(p) = node.parent else {
+                // The root's gate acts at dequeue.
+                self.ready += 1;
+                return;
+            };
+            let slot = node.slot;
+            if node.gate.is_some() {
+                match self.at_gate(n, meta.len, now) {
+                    Verdict::Pass => {}
+                    Verdict::Hold => {
+                        self.nodes[n as usize].stats.shaped += 1;
+                        return self.hold(n, meta);
+                    }
+                    Verdict::Park(t) => {
+                        self.nodes[n as usize].stats.shaped += 1;
+                        return self.park_node(t, now, n, meta);
+                    }
                 }
             }
+            self.give(p, slot, meta, now);
+            n = p;
         }
     }
 
