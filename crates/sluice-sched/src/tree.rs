@@ -523,7 +523,7 @@ impl Scheduler {
         self.nodes[leaf as usize].stats.enqueued += 1;
         self.stats.enqueued += 1;
         match verdict {
-            Verdict::Pass => self.enter_leaf(pkt, now),
+            Verdict::Pass => self.enter(leaf, pkt, &meta, now),
             Verdict::Hold => {}
             Verdict::Park(t) => {
                 self.flows.flows[flow as usize].gate_next = pkt;
@@ -610,13 +610,19 @@ impl Scheduler {
     fn enter_leaf(&mut self, pkt: u32, now: u64) {
         let meta = self.packets.items[pkt as usize].meta;
         let leaf = self.flows.flows[meta.flow as usize].leaf;
+        self.enter(leaf, pkt, &meta, now);
+    }
+
+    /// [`Scheduler::enter_leaf`] with the packet's record and leaf at hand.
+    #[inline]
+    fn enter(&mut self, leaf: NodeId, pkt: u32, meta: &Meta, now: u64) {
         let item = if self.nodes[leaf as usize].mode == Mode::PerMember {
             meta.flow
         } else {
             pkt
         };
-        self.give(leaf, item, &meta, now);
-        self.pass_up(leaf, &meta, now);
+        self.give(leaf, item, meta, now);
+        self.pass_up(leaf, meta, now);
     }
 
     /// Node `n` is given a packet from its member `item` (child slot, flow, or the packet itself).
