@@ -12,7 +12,7 @@
 
 use crate::flow_index::FlowIndex;
 use crate::gate::Gate;
-use crate::packet::FlowId;
+use crate::packet::{FlowId, Meta};
 use crate::policy::Tags;
 use sluice_queue::Handle;
 
@@ -27,10 +27,42 @@ pub(crate) struct Member {
     pub tags: Tags,
 }
 
-/// One flow: two cache lines, aligned so that they are a pair (which the hardware fetches
-/// together). The first holds what every packet touches at enqueue and dequeue (its FIFO, its
-/// count, its place in its leaf); the second its gate, touched per packet only when it has one,
-/// and what dequeue reports (key) or emptying touches (the idle list).
+/// A queued packet: its record and its link in its flow's FIFO. One cache line each.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub(crate) struct Rec {
+    pub meta: Meta,
+    pub next: u32,
+}
+
+impl Rec {
+    /// A record for `meta`, last in its FIFO.
+    pub fn new(meta: Meta) -> Self {
+        Rec { meta, next: NIL }
+    }
+}
+
+/// Packet records a flow keeps in its own lines ([`Flow::slots`]).
+pub(crate) const INLINE_SLOTS: u32 = 2;
+
+/// A packet id with this bit set names slot `id & 1` of flow `(id & !INLINE) >> 1`; without
+/// it, a record of the scheduler's packet slab. Flow ids stay below 2^24 (`MAX_PACKETS`).
+pub(crate) const INLINE: u32 = 1 << 31;
+
+/// The packet id of slot `k` of flow `flow`.
+#[inline]
+pub(crate) fn inline_id(flow: FlowId, k: u32) -> u32 {
+    INLINE | flow << 1 | k
+}
+
+/// One flow: four cache lines, aligned so that they are two pairs (the hardware fetches a
+/// pair together). The first holds what every packet touches at enqueue and dequeue (its FIFO,
+/// its count, its place in its leaf); the second its gate, touched per packet only when it has
+/// one, and what dequeue reports (key) or emptying touches (the idle list); the third and
+/// fourth the records of up to two of its queued packets. Admission in `sluice-flow` (and TCP
+/// Small Queues in a host) keeps about two packets per flow in the scheduler, so a flow and
+/// its packets usually share one page: with a million flows, one page walk instead of three
+/// per visit (`sluice bench sched`, fq_pacing). Further packets go to the slab.
 #[derive(Clone, Debug)]
 #[repr(C, align(128))]
 pub(crate) struct Flow {
@@ -48,13 +80,64 @@ pub(crate) struct Flow {
     pub gate: Option<Gate>,
     pub key: u64,
     pub leaf: u16,
+    /// Bit k set: `slots[k]` holds a queued packet.
+    pub slots_used: u8,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
     idle_next: u32,
+    /// Records of queued packets (see [`INLINE`]).
+    pub slots: [Rec; INLINE_SLOTS as usize],
 }
 
-const _: () = assert!(std::mem::size_of::<Flow>() == 128);
+const _: () = assert!(std::mem::size_of::<Flow>() == 256);
 const _: () = assert!(std::mem::offset_of!(Flow, gate) == 64);
+const _: () = assert!(std::mem::offset_of!(Flow, slots) == 128);
+
+impl Flow {
+    /// Take a free slot for a packet record of this flow (`id` is the flow's): its packet id,
+    /// or `None` when both hold packets.
+    #[inline]
+    pub fn take_slot(&mut self, id: FlowId, rec: Rec) -> Option<u32> {
+        let k = (!self.slots_used).trailing_zeros();
+        if k >= INLINE_SLOTS {
+            return None;
+        }
+        self.slots[k as usize] = rec;
+        self.slots_used |= 1 << k;
+        Some(inline_id(id, k))
+    }
+
+    /// The record of packet `pkt`, one of this flow's, in its slots or in `slab`.
+    #[inline]
+    pub fn rec<'a>(&'a self, slab: &'a [Rec], pkt: u32) -> &'a Rec {
+        if pkt & INLINE != 0 {
+            &self.slots[(pkt & 1) as usize]
+        } else {
+            &slab[pkt as usize]
+        }
+    }
+
+    /// [`Flow::rec`], to change.
+    #[inline]
+    pub fn rec_mut<'a>(&'a mut self, slab: &'a mut [Rec], pkt: u32) -> &'a mut Rec {
+        if pkt & INLINE != 0 {
+            &mut self.slots[(pkt & 1) as usize]
+        } else {
+            &mut slab[pkt as usize]
+        }
+    }
+}
+
+/// The record of any packet `pkt`, or `None` for an id out of range.
+#[inline]
+pub(crate) fn rec_of<'a>(flows: &'a [Flow], slab: &'a [Rec], pkt: u32) -> Option<&'a Rec> {
+    if pkt & INLINE != 0 {
+        let f = flows.get(((pkt & !INLINE) >> 1) as usize)?;
+        Some(&f.slots[(pkt & 1) as usize])
+    } else {
+        slab.get(pkt as usize)
+    }
+}
 
 /// See the module note.
 pub(crate) struct FlowTable {
@@ -127,8 +210,10 @@ impl FlowTable {
             member: Member::default(),
             gate: gate(),
             gate_next: NIL,
+            slots_used: 0,
             idle_prev: NIL,
             idle_next: NIL,
+            slots: [Rec::new(Meta::default()); INLINE_SLOTS as usize],
         };
         let id = if self.flows.len() < self.capacity {
             self.flows.push(fresh);

@@ -39,7 +39,7 @@
 //! reserved for the configured capacities. Time is passed in; nothing reads a clock.
 
 use crate::classify::Classifier;
-use crate::flow::{Flow, FlowTable, Member, NIL};
+use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service};
@@ -208,11 +208,11 @@ enum Verdict {
     Park(u64),
 }
 
-/// A fixed-capacity slab with a free stack (packets and shaper records).
+/// A fixed-capacity slab with a free stack (packet records and shaper records). Its owner
+/// counts what it holds and never inserts beyond the capacity.
 struct Slab<T> {
     items: Vec<T>,
     free: Vec<u32>,
-    len: usize,
 }
 
 impl<T: Copy> Slab<T> {
@@ -220,17 +220,9 @@ impl<T: Copy> Slab<T> {
         let (mut items, mut free) = (Vec::new(), Vec::new());
         items.try_reserve_exact(capacity)?;
         free.try_reserve_exact(capacity)?;
-        Ok(Slab {
-            items,
-            free,
-            len: 0,
-        })
-    }
-    fn is_full(&self) -> bool {
-        self.len == self.items.capacity()
+        Ok(Slab { items, free })
     }
     fn insert(&mut self, v: T) -> u32 {
-        self.len += 1;
         if let Some(i) = self.free.pop() {
             self.items[i as usize] = v;
             i
@@ -240,31 +232,28 @@ impl<T: Copy> Slab<T> {
         }
     }
     fn release(&mut self, i: u32) -> T {
-        self.len -= 1;
         self.free.push(i);
         self.items[i as usize]
     }
 }
 
-/// A queued packet: its record and its link in its flow's FIFO. One cache line each.
-#[derive(Clone, Copy, Debug)]
-#[repr(align(64))]
-struct Rec {
-    meta: Meta,
-    next: u32,
-}
-
-/// A flow's queued packets, for policies that look (pFabric).
+/// A flow's queued packets, for policies that look (pFabric): its FIFO from `head`, through
+/// its own slots and the slab.
 struct FlowBacklog<'a> {
-    packets: &'a [Rec],
     head: u32,
+    slots: &'a [Rec],
+    slab: &'a [Rec],
 }
 
 impl Backlog for FlowBacklog<'_> {
     fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
         let mut cur = self.head;
         while cur != NIL {
-            let r = &self.packets[cur as usize];
+            let r = if cur & INLINE != 0 {
+                &self.slots[(cur & 1) as usize]
+            } else {
+                &self.slab[cur as usize]
+            };
             f(&r.meta);
             cur = r.next;
         }
@@ -310,7 +299,10 @@ pub struct Scheduler {
     pub(crate) nodes: Vec<Node>,
     pub(crate) classifier: Classifier,
     flows: FlowTable,
+    /// Records of packets their flow's slots do not hold (see [`crate::flow::INLINE`]).
     packets: Slab<Rec>,
+    /// Packets held, wherever their records are.
+    held: usize,
     pending: Slab<Held>,
     shaper: AnyQueue<u32>,
     /// The shaper's next deadline (`u64::MAX`: empty), so that the many calls that find
@@ -361,6 +353,7 @@ impl Scheduler {
             classifier,
             flows: FlowTable::new(flow_capacity)?,
             packets: Slab::new(capacity)?,
+            held: 0,
             pending: Slab::new(capacity)?,
             shaper,
             shaper_due: u64::MAX,
@@ -381,12 +374,12 @@ impl Scheduler {
 
     /// Packets held (queued, or waiting in the shaper).
     pub fn len(&self) -> usize {
-        self.packets.len
+        self.held
     }
 
     /// True when no packet is held.
     pub fn is_empty(&self) -> bool {
-        self.packets.len == 0
+        self.held == 0
     }
 
     /// Most packets held at once.
@@ -461,7 +454,7 @@ impl Scheduler {
         let Some(leaf) = self.classifier.classify(p) else {
             return self.reject(RejectReason::NoClass, p.token);
         };
-        if self.packets.is_full() {
+        if self.held == self.capacity() {
             return self.reject(RejectReason::BufferFull, p.token);
         }
         // Let time pass first: releases what is due and moves the shaper's front to `now`.
@@ -496,9 +489,13 @@ impl Scheduler {
                 }
             }
         }
-        let pkt = self.packets.insert(Rec { meta, next: NIL });
         let per_member = self.nodes[leaf as usize].mode == Mode::PerMember;
         let f = &mut self.flows.flows[flow as usize];
+        let pkt = match f.take_slot(flow, Rec::new(meta)) {
+            Some(pkt) => pkt,
+            None => self.packets.insert(Rec::new(meta)),
+        };
+        self.held += 1;
         f.queued += 1;
         // The flow's gate: the packet passes, waits in the shaper as the gate's packet in
         // flight, or waits behind it.
@@ -516,7 +513,8 @@ impl Scheduler {
             if f.tail == NIL {
                 f.head = pkt;
             } else {
-                self.packets.items[f.tail as usize].next = pkt;
+                let tail = f.tail;
+                f.rec_mut(&mut self.packets.items, tail).next = pkt;
             }
             f.tail = pkt;
         }
@@ -607,9 +605,9 @@ impl Scheduler {
 
     /// A packet passed its flow's gate: it becomes available at its leaf.
     #[inline]
-    fn enter_leaf(&mut self, pkt: u32, now: u64) {
-        let meta = self.packets.items[pkt as usize].meta;
-        let leaf = self.flows.flows[meta.flow as usize].leaf;
+    fn enter_leaf(&mut self, flow: FlowId, pkt: u32, now: u64) {
+        let f = &self.flows.flows[flow as usize];
+        let (meta, leaf) = (f.rec(&self.packets.items, pkt).meta, f.leaf);
         self.enter(leaf, pkt, &meta, now);
     }
 
@@ -726,9 +724,8 @@ impl Scheduler {
         loop {
             // Through the gate: the cursor moves on (and a per-packet leaf's FIFO, which holds
             // only the packets at the gate, loses its head).
-            let next = self.packets.items[pkt as usize].next;
-            let leaf = self.flows.flows[flow as usize].leaf;
             let f = &mut self.flows.flows[flow as usize];
+            let (next, leaf) = (f.rec(&self.packets.items, pkt).next, f.leaf);
             f.gate_next = next;
             if self.nodes[leaf as usize].mode == Mode::PerPacket {
                 f.head = next;
@@ -736,12 +733,12 @@ impl Scheduler {
                     f.tail = NIL;
                 }
             }
-            self.enter_leaf(pkt, now);
+            self.enter_leaf(flow, pkt, now);
             if next == NIL {
                 return;
             }
-            let len = self.packets.items[next as usize].meta.len;
             let f = &mut self.flows.flows[flow as usize];
+            let len = f.rec(&self.packets.items, next).meta.len;
             let t = f.gate.as_mut().map_or(now, |g| g.stamp(now, len));
             if t > now {
                 return self.park(t, now, FLOW_ITEM | flow);
@@ -830,8 +827,19 @@ impl Scheduler {
 
     #[inline]
     fn prefetch_packet(&self, pkt: u32) {
-        if let Some(r) = self.packets.items.get(pkt as usize) {
+        if let Some(r) = rec_of(&self.flows.flows, &self.packets.items, pkt) {
             prefetch(r);
+        }
+    }
+
+    /// Free the record of packet `pkt` of flow `flow`.
+    #[inline]
+    fn release_packet(&mut self, flow: FlowId, pkt: u32) {
+        self.held -= 1;
+        if pkt & INLINE != 0 {
+            self.flows.flows[flow as usize].slots_used &= !(1 << (pkt & 1));
+        } else {
+            self.packets.release(pkt);
         }
     }
 
@@ -896,22 +904,23 @@ impl Scheduler {
                     }
                     let f = &mut self.flows.flows[item as usize];
                     let pkt = f.head;
-                    f.head = self.packets.items[pkt as usize].next;
+                    f.head = f.rec(&self.packets.items, pkt).next;
                     if f.head == NIL {
                         f.tail = NIL;
                     } else if self.prefetch {
                         // A departure is when a flow's next packet comes (TSQ in a host
                         // stack; zD admission in sluice-flow, two packets in flight per flow),
                         // and its arrival writes the flow's last record: load that now.
-                        if let Some(r) = self.packets.items.get(f.tail as usize) {
-                            prefetch(r);
-                        }
+                        prefetch(f.rec(&self.packets.items, f.tail));
                     }
                     pkt
                 }
             };
         };
-        let meta = self.packets.items[pkt as usize].meta;
+        let meta = match rec_of(&self.flows.flows, &self.packets.items, pkt) {
+            Some(r) => r.meta,
+            None => unreachable!("a queued packet has a record"),
+        };
         let root = &mut self.nodes[0];
         if let Some(g) = root.gate.as_mut() {
             g.stamp(now, meta.len);
@@ -929,7 +938,7 @@ impl Scheduler {
         if emptied {
             self.flows.emptied(meta.flow);
         }
-        self.packets.release(pkt);
+        self.release_packet(meta.flow, pkt);
         self.stats.dequeued += 1;
         Some(Dequeued {
             token: meta.token,
@@ -949,20 +958,22 @@ impl Scheduler {
         match node.mode {
             Mode::PerPacket => node.policy.popped(step.rank, meta, now),
             Mode::PerMember => {
-                let (m, cfg, head) = if node.leaf {
+                let (m, cfg, head, slots) = if node.leaf {
                     let f = &mut self.flows.flows[step.item as usize];
-                    (&mut f.member, &node.member_cfg[0], f.head)
+                    (&mut f.member, &node.member_cfg[0], f.head, &f.slots[..])
                 } else {
                     (
                         &mut node.members[step.item as usize],
                         &node.member_cfg[step.item as usize],
                         NIL,
+                        &[][..],
                     )
                 };
                 m.available -= 1;
                 let backlog = FlowBacklog {
-                    packets: &self.packets.items,
                     head,
+                    slots,
+                    slab: &self.packets.items,
                 };
                 let s = Service {
                     sent: meta,
@@ -1257,7 +1268,7 @@ fn pick<'q>(
 #[inline]
 fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: Upcoming<'_, u32>) {
     if let Some(f) = upcoming.get(1).and_then(|flow| flows.get(flow as usize)) {
-        if let Some(r) = packets.get(f.head as usize) {
+        if let Some(r) = rec_of(flows, packets, f.head) {
             prefetch(r);
         }
     }
@@ -1331,7 +1342,7 @@ impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler")
             .field("nodes", &self.nodes.len())
-            .field("packets", &self.packets.len)
+            .field("packets", &self.held)
             .field("shaped", &self.shaper.len())
             .field("ready", &self.ready)
             .finish()
