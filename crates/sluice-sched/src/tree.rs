@@ -1274,7 +1274,9 @@ fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: Upcoming<'_, u32>
     }
     for k in 2..PREFETCH_AHEAD {
         if let Some(f) = upcoming.get(k).and_then(|flow| flows.get(flow as usize)) {
+            // Both lines: a departure reads the second one too (the key and leaf it reports).
             prefetch(f);
+            prefetch(&f.gate);
         }
     }
 }
