@@ -819,7 +819,11 @@ impl Scheduler {
                             self.prefetch_packet(f.tail);
                         }
                     }
-                    _ => prefetch(f),
+                    _ => {
+                        // Both lines: a release reads the second one too (the gate, the leaf).
+                        prefetch(f);
+                        prefetch(&f.gate);
+                    }
                 }
             }
         }
