@@ -178,9 +178,10 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("ns per packet (one enqueue + one dequeue); speedup = baseline / sluice");
         println!(
-            "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing (at least 2 per flow), median of {}\n",
+            "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing (at least 2 per flow), median of {}",
             args.repeats
         );
+        println!("{}\n", memory_note());
         for &case in &cases {
             let baseline = match case {
                 Case::FqPacing => "baseline (Linux fq port)",
@@ -262,4 +263,63 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     report::plot_loglog(&svg, &panels, "flows (N)", "ns per packet")?;
     eprintln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
+}
+
+/// Which pages the run's memory was on: 4 KiB unless glibc's allocator was told to ask for
+/// transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which then serves both
+/// implementations alike), and whether the kernel grants them.
+fn memory_note() -> String {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|t| thp_mode(&t).map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
+    memory_line(&tunables, &thp)
+}
+
+/// The bracketed choice of a `transparent_hugepage/enabled` file (`always [madvise] never`).
+fn thp_mode(text: &str) -> Option<&str> {
+    let start = text.find('[')? + 1;
+    let end = start + text[start..].find(']')?;
+    Some(&text[start..end])
+}
+
+fn memory_line(tunables: &str, thp: &str) -> String {
+    let asked = tunables.split(':').any(|t| {
+        matches!(
+            t.trim(),
+            "glibc.malloc.hugetlb=1" | "glibc.malloc.hugetlb=2"
+        )
+    });
+    if asked && thp != "never" {
+        format!(
+            "memory: huge pages for both implementations through glibc's allocator (GLIBC_TUNABLES={tunables}; transparent huge pages: {thp})"
+        )
+    } else if asked {
+        "memory: 4 KiB pages (huge pages asked for, but transparent huge pages are off)".into()
+    } else {
+        format!(
+            "memory: 4 KiB pages unless the kernel makes them huge (transparent huge pages: {thp}); GLIBC_TUNABLES=glibc.malloc.hugetlb=1 asks for huge pages for both implementations"
+        )
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_line_says_which_pages_were_asked_for_and_granted() {
+        assert_eq!(thp_mode("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(thp_mode("garbage"), None);
+        let huge = memory_line("glibc.malloc.hugetlb=1", "madvise");
+        assert!(huge.starts_with("memory: huge pages for both"), "{huge}");
+        let both = memory_line("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1", "always");
+        assert!(both.starts_with("memory: huge pages"), "{both}");
+        let off = memory_line("glibc.malloc.hugetlb=1", "never");
+        assert!(off.contains("transparent huge pages are off"), "{off}");
+        let plain = memory_line("", "madvise");
+        assert!(plain.starts_with("memory: 4 KiB pages unless"), "{plain}");
+        assert!(memory_line("glibc.malloc.hugetlb=0", "always").starts_with("memory: 4 KiB"));
+    }
 }
