@@ -836,6 +836,16 @@ impl Scheduler {
         }
     }
 
+    /// The record of queued packet `pkt`, in its flow's slots or in the slab.
+    #[inline]
+    fn rec(&self, pkt: u32) -> &Rec {
+        if pkt & INLINE != 0 {
+            &self.flows.flows[((pkt & !INLINE) >> 1) as usize].slots[(pkt & 1) as usize]
+        } else {
+            &self.packets.items[pkt as usize]
+        }
+    }
+
     /// Free the record of packet `pkt` of flow `flow`.
     #[inline]
     fn release_packet(&mut self, flow: FlowId, pkt: u32) {
@@ -921,10 +931,7 @@ impl Scheduler {
                 }
             };
         };
-        let meta = match rec_of(&self.flows.flows, &self.packets.items, pkt) {
-            Some(r) => r.meta,
-            None => unreachable!("a queued packet has a record"),
-        };
+        let meta = self.rec(pkt).meta;
         let root = &mut self.nodes[0];
         if let Some(g) = root.gate.as_mut() {
             g.stamp(now, meta.len);
