@@ -44,6 +44,8 @@ impl Rec {
 
 /// Packet records a flow keeps in its own lines ([`Flow::slots`]).
 pub(crate) const INLINE_SLOTS: u32 = 2;
+// Packet ids keep one bit for the slot.
+const _: () = assert!(INLINE_SLOTS == 2);
 
 /// A packet id with this bit set names slot `id & 1` of flow `(id & !INLINE) >> 1`; without
 /// it, a record of the scheduler's packet slab. Flow ids stay below 2^24 (`MAX_PACKETS`).
@@ -55,14 +57,14 @@ pub(crate) fn inline_id(flow: FlowId, k: u32) -> u32 {
     INLINE | flow << 1 | k
 }
 
-/// One flow: four cache lines, aligned so that they are two pairs (the hardware fetches a
-/// pair together). The first holds what every packet touches at enqueue and dequeue (its FIFO,
-/// its count, its place in its leaf); the second its gate, touched per packet only when it has
-/// one, and what dequeue reports (key) or emptying touches (the idle list); the third and
-/// fourth the records of up to two of its queued packets. Admission in `sluice-flow` (and TCP
-/// Small Queues in a host) keeps about two packets per flow in the scheduler, so a flow and
-/// its packets usually share one page: with a million flows, one page walk instead of three
-/// per visit (`sluice bench sched`, fq_pacing). Further packets go to the slab.
+/// One flow: four cache lines, aligned to 128 bytes. The first holds what every packet
+/// touches at enqueue and dequeue (its FIFO, its count, its place in its leaf); the second its
+/// gate, its leaf and what dequeue reports (key) or emptying touches (the idle list); the third
+/// and fourth the records of up to two of its queued packets. Admission in `sluice-flow` (and
+/// TCP Small Queues in a host) keeps about two packets per flow in the scheduler, so a flow
+/// and its packets usually share one page: with a million flows, one page walk instead of
+/// three per visit (`sluice bench sched`, fq_pacing). Further packets go to the slab. The
+/// scheduler's look-aheads load the first two lines of the flows they name.
 #[derive(Clone, Debug)]
 #[repr(C, align(128))]
 pub(crate) struct Flow {
