@@ -57,6 +57,22 @@ pub(crate) fn inline_id(flow: FlowId, k: u32) -> u32 {
     INLINE | flow << 1 | k
 }
 
+/// The flow whose slot the `INLINE` packet id `pkt` names.
+#[inline]
+pub(crate) fn inline_flow(pkt: u32) -> usize {
+    ((pkt & !INLINE) >> 1) as usize
+}
+
+/// The record of packet `pkt`: in `slots`, its flow's, if the id has [`INLINE`], else in `slab`.
+#[inline]
+pub(crate) fn record<'a>(slots: &'a [Rec], slab: &'a [Rec], pkt: u32) -> &'a Rec {
+    if pkt & INLINE != 0 {
+        &slots[(pkt & 1) as usize]
+    } else {
+        &slab[pkt as usize]
+    }
+}
+
 /// One flow: four cache lines, aligned to 128 bytes. The first holds what every packet
 /// touches at enqueue and dequeue (its FIFO, its count, its place in its leaf); the second its
 /// gate, its leaf and what dequeue reports (key) or emptying touches (the idle list); the third
@@ -112,11 +128,7 @@ impl Flow {
     /// The record of packet `pkt`, one of this flow's, in its slots or in `slab`.
     #[inline]
     pub fn rec<'a>(&'a self, slab: &'a [Rec], pkt: u32) -> &'a Rec {
-        if pkt & INLINE != 0 {
-            &self.slots[(pkt & 1) as usize]
-        } else {
-            &slab[pkt as usize]
-        }
+        record(&self.slots, slab, pkt)
     }
 
     /// [`Flow::rec`], to change.
@@ -134,7 +146,7 @@ impl Flow {
 #[inline]
 pub(crate) fn rec_of<'a>(flows: &'a [Flow], slab: &'a [Rec], pkt: u32) -> Option<&'a Rec> {
     if pkt & INLINE != 0 {
-        let f = flows.get(((pkt & !INLINE) >> 1) as usize)?;
+        let f = flows.get(inline_flow(pkt))?;
         Some(&f.slots[(pkt & 1) as usize])
     } else {
         slab.get(pkt as usize)

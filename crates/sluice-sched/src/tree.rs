@@ -39,7 +39,7 @@
 //! reserved for the configured capacities. Time is passed in; nothing reads a clock.
 
 use crate::classify::Classifier;
-use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of};
+use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, inline_flow, rec_of, record};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service};
@@ -249,11 +249,7 @@ impl Backlog for FlowBacklog<'_> {
     fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
         let mut cur = self.head;
         while cur != NIL {
-            let r = if cur & INLINE != 0 {
-                &self.slots[(cur & 1) as usize]
-            } else {
-                &self.slab[cur as usize]
-            };
+            let r = record(self.slots, self.slab, cur);
             f(&r.meta);
             cur = r.next;
         }
@@ -531,13 +527,11 @@ impl Scheduler {
         Ok(())
     }
 
-    /// A packet of `len` bytes reached node `n`'s gate at `now`: does it pass, wait behind the
-    /// gate's line, or wait in the shaper (then it is the line's one packet in flight)?
+    /// A packet of `len` bytes reached the gate of node `n`, not the root (whose gate acts at
+    /// dequeue), at `now`: does it pass, wait behind the gate's line, or wait in the shaper
+    /// (then it is the line's one packet in flight)?
     fn at_gate(&mut self, n: NodeId, len: u32, now: u64) -> Verdict {
         let node = &mut self.nodes[n as usize];
-        if node.parent.is_none() {
-            return Verdict::Pass; // the root's gate acts at dequeue
-        }
         let Some(gate) = node.gate.as_mut() else {
             return Verdict::Pass;
         };
@@ -840,7 +834,7 @@ impl Scheduler {
     #[inline]
     fn rec(&self, pkt: u32) -> &Rec {
         if pkt & INLINE != 0 {
-            &self.flows.flows[((pkt & !INLINE) >> 1) as usize].slots[(pkt & 1) as usize]
+            self.flows.flows[inline_flow(pkt)].rec(&self.packets.items, pkt)
         } else {
             &self.packets.items[pkt as usize]
         }
@@ -1308,8 +1302,8 @@ fn place(
     item: u32,
     served: Option<(usize, Rank)>,
 ) {
-    // Unrolled over the one or two queues (a loop over the slice cost a tenth of the
-    // re-ranking's instructions in bounds checks and iterator state).
+    // Unrolled over the one or two queues: the loop over the slice cost about 17 instructions
+    // per packet in bounds checks and iterator state (callgrind, hclock at 1e3 flows).
     let [q0, rest @ ..] = queues else {
         return;
     };

@@ -285,12 +285,11 @@ fn thp_mode(text: &str) -> Option<&str> {
 }
 
 fn memory_line(tunables: &str, thp: &str) -> String {
-    let asked = tunables.split(':').any(|t| {
-        matches!(
-            t.trim(),
-            "glibc.malloc.hugetlb=1" | "glibc.malloc.hugetlb=2"
-        )
-    });
+    // `=1` is the transparent huge pages that the THP mode governs (`=2` would ask for
+    // reserved hugetlbfs pages instead, which this line does not try to describe).
+    let asked = tunables
+        .split(':')
+        .any(|t| t.trim() == "glibc.malloc.hugetlb=1");
     if asked && thp != "never" {
         format!(
             "memory: huge pages for both implementations through glibc's allocator (GLIBC_TUNABLES={tunables}; transparent huge pages: {thp})"
