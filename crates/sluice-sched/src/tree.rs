@@ -42,7 +42,7 @@ use crate::classify::Classifier;
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, inline_flow, rec_of, record};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
-use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service};
+use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
 use crate::units::Rate;
 use sluice_queue::{
     AnyQueue, Handle, Overflow, PushError, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
@@ -142,6 +142,9 @@ pub struct NodeStats {
     pub shaped: u64,
     /// Packets classified to it (leaves).
     pub enqueued: u64,
+    /// Times its fair policy's virtual time was lowered before it could overflow
+    /// ([`Policy::rebase`]).
+    pub rebases: u64,
 }
 
 /// Scheduler-wide counters.
@@ -317,6 +320,9 @@ pub struct Scheduler {
     path: [Step; MAX_DEPTH],
     /// Whether to prefetch ([`PREFETCH_MIN_BYTES`]).
     pub(crate) prefetch: bool,
+    /// A rebase's list of one queue's members in order, reserved for the largest queue of a
+    /// node whose policy has a virtual time, so that rebasing never allocates.
+    rebase_order: Vec<u32>,
 }
 
 /// Which member a node picked on the way down.
@@ -343,7 +349,16 @@ impl Scheduler {
         let (shaper, shaper_spec) = shaper;
         let state_bytes = flow_capacity * std::mem::size_of::<crate::flow::Flow>()
             + capacity * std::mem::size_of::<Rec>();
+        let rebase_members = nodes
+            .iter()
+            .filter(|n| n.policy.virtual_time().is_some())
+            .flat_map(|n| n.queues.iter().map(RankQueue::capacity))
+            .max()
+            .unwrap_or(0);
+        let mut rebase_order = Vec::new();
+        rebase_order.try_reserve_exact(rebase_members)?;
         Ok(Scheduler {
+            rebase_order,
             prefetch: state_bytes > PREFETCH_MIN_BYTES,
             nodes,
             classifier,
@@ -1005,6 +1020,54 @@ impl Scheduler {
                         }
                     }
                 }
+                if node.policy.virtual_time().is_some_and(|v| v >= REBASE_AT) {
+                    self.rebase(step.node);
+                }
+            }
+        }
+    }
+
+    /// Lower node `n`'s virtual time before it overflows ([`Policy::rebase`]): every member's
+    /// tags go down by the same amount, and each queue is emptied in order and refilled in that
+    /// order at the members' new ranks. O(members of the node, and for a leaf the flow table),
+    /// at most once per 2^61 units of virtual time: an hour and a half at the fastest (one
+    /// weight-1 member alone at 100 Gbit/s), days at the rates of most classes.
+    #[cold]
+    #[inline(never)]
+    fn rebase(&mut self, n: NodeId) {
+        let node = &mut self.nodes[n as usize];
+        let d = node.policy.rebase();
+        node.stats.rebases += 1;
+        node.first_seen = 0;
+        if node.leaf {
+            let cfg = &node.member_cfg[0];
+            for f in self.flows.flows.iter_mut().filter(|f| f.leaf == n) {
+                node.policy.shifted(&mut f.member.tags, cfg, d);
+            }
+        } else {
+            for (m, cfg) in node.members.iter_mut().zip(&node.member_cfg) {
+                node.policy.shifted(&mut m.tags, cfg, d);
+            }
+        }
+        let order = &mut self.rebase_order;
+        for (i, q) in node.queues.iter_mut().enumerate() {
+            order.clear();
+            order.extend(std::iter::from_fn(|| q.pop_min().map(|e| e.item)));
+            for &item in order.iter() {
+                let (m, cfg) = if node.leaf {
+                    let f = &mut self.flows.flows[item as usize];
+                    (&mut f.member, &node.member_cfg[0])
+                } else {
+                    (
+                        &mut node.members[item as usize],
+                        &node.member_cfg[item as usize],
+                    )
+                };
+                // Shifted already: by 0 gives the ranks its tags have now.
+                let rank = node.policy.shifted(&mut m.tags, cfg, 0)[i];
+                m.handles[i] = q.push(rank, item).ok();
+                // Ranks keep their distances from the queue's minimum, so each fits again.
+                debug_assert!(m.handles[i].is_some(), "rebase lost a member");
             }
         }
     }
@@ -1355,3 +1418,6 @@ impl fmt::Debug for Scheduler {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod rebase_tests;

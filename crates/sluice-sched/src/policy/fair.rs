@@ -1,6 +1,8 @@
 //! Fair sharing: WFQ (start-time fair queuing), DRR, and FQ (Linux fq's flow scheduling).
 
-use super::{ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE};
+use super::{
+    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_offset,
+};
 use crate::packet::Meta;
 use sluice_queue::Rank;
 
@@ -20,6 +22,8 @@ fn vt(len: u32, weight: u32) -> u64 {
 /// packets, its start tag computed when its head changes, charging the length of the packet
 /// actually sent. Tags therefore never run more than a packet or two ahead of V, whatever a
 /// member's backlog, which keeps them inside a bucketed queue's window (tags: `a` = S, `b` = F).
+/// V only grows; the scheduler lowers it, and every tag with it, before it nears overflow
+/// ([`Policy::rebase`]).
 #[derive(Debug, Default)]
 pub struct Wfq {
     /// Virtual time.
@@ -47,6 +51,29 @@ impl Policy for Wfq {
         tags.b = tags.a + vt(s.sent.len, cfg.weight);
         self.v = self.v.max(tags.a);
         tags.a = self.v.max(tags.b);
+        [tags.a, ABSENT]
+    }
+    /// `virtual_time`: start the virtual clock elsewhere (tests of the rebase).
+    fn set_param(&mut self, name: &str, value: u64) -> bool {
+        match name {
+            "virtual_time" => {
+                self.v = value;
+                true
+            }
+            _ => false,
+        }
+    }
+    fn virtual_time(&self) -> Option<u64> {
+        Some(self.v)
+    }
+    fn rebase(&mut self) -> u64 {
+        let d = rebase_offset(self.v);
+        self.v -= d;
+        d
+    }
+    fn shifted(&self, tags: &mut Tags, _: &MemberCfg, d: u64) -> [Rank; 2] {
+        tags.a = tags.a.saturating_sub(d);
+        tags.b = tags.b.saturating_sub(d);
         [tags.a, ABSENT]
     }
 }

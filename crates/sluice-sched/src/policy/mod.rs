@@ -40,6 +40,23 @@ pub const VT_PER_BYTE: u64 = 1 << 16;
 /// Largest weight accepted.
 pub const MAX_WEIGHT: u32 = 1 << 16;
 
+/// A fair policy's virtual time at which its node rebases ([`Policy::rebase`]). Virtual time
+/// grows by [`VT_PER_BYTE`] per byte over the smallest active weight: a weight-1 member alone
+/// at 100 Gbit/s takes it from 0 to 2^62 in about an hour and a half, and a u64 would wrap in
+/// six. Half the rank space leaves room for tags ahead of it and keeps clear of [`ABSENT`].
+pub const REBASE_AT: u64 = 1 << 62;
+
+/// A rebase lowers virtual time by a multiple of this: a power of two larger than any queue's
+/// span of buckets times granularity (2^34 at most for fair ranks), so every shifted rank keeps
+/// its place relative to its queue's bucket boundaries.
+pub const REBASE_ALIGN: u64 = 1 << 40;
+
+/// How far a policy whose virtual time is `v` rebases: down to between one and two
+/// [`REBASE_ALIGN`]s, so that tags just behind `v` stay above zero.
+pub fn rebase_offset(v: u64) -> u64 {
+    (v & !(REBASE_ALIGN - 1)).saturating_sub(REBASE_ALIGN)
+}
+
 /// How a node holds entries; see the module note.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -206,6 +223,26 @@ pub trait Policy: fmt::Debug + Send {
     /// Change a node-wide parameter at run time (e.g. a default quantum); false if unknown.
     fn set_param(&mut self, _name: &str, _value: u64) -> bool {
         false
+    }
+
+    /// Fair policies (WFQ, hClock, HTB): the virtual time their share ranks follow; `None` for
+    /// policies without one. The scheduler rebases the node when it reaches [`REBASE_AT`].
+    fn virtual_time(&self) -> Option<u64> {
+        None
+    }
+
+    /// Lower the virtual time by [`rebase_offset`] and return by how much, `d`. The scheduler
+    /// then passes every member of the node to [`Policy::shifted`] and moves each queued one to
+    /// its new ranks, in the order it had: only differences of tags matter, so the schedule
+    /// goes on exactly as it would have without the shift.
+    fn rebase(&mut self) -> u64 {
+        0
+    }
+
+    /// A member's tags lowered by `d` after [`Policy::rebase`] (those already below `d`, long
+    /// idle, to 0: behind the virtual time either way), and its ranks from them.
+    fn shifted(&self, _tags: &mut Tags, _cfg: &MemberCfg, _d: u64) -> [Rank; 2] {
+        [ABSENT, ABSENT]
     }
 }
 
@@ -385,6 +422,16 @@ impl Policy for AnyPolicy {
     }
     fn set_param(&mut self, name: &str, value: u64) -> bool {
         with_policy!(self, p => p.set_param(name, value))
+    }
+    #[inline]
+    fn virtual_time(&self) -> Option<u64> {
+        with_policy!(self, p => p.virtual_time())
+    }
+    fn rebase(&mut self) -> u64 {
+        with_policy!(self, p => p.rebase())
+    }
+    fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
+        with_policy!(self, p => p.shifted(tags, cfg, d))
     }
 }
 

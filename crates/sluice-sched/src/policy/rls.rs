@@ -8,7 +8,9 @@
 //!
 //! Tags: `a` = r (ns), `b` = share start S, `c` = share finish F.
 
-use super::{ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE};
+use super::{
+    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_offset,
+};
 use crate::packet::Meta;
 use sluice_queue::Rank;
 
@@ -62,6 +64,29 @@ impl Rls {
         }
     }
 
+    fn set_param(&mut self, name: &str, value: u64) -> bool {
+        match name {
+            "virtual_time" => {
+                self.v = value;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn rebase(&mut self) -> u64 {
+        let d = rebase_offset(self.v);
+        self.v -= d;
+        d
+    }
+
+    /// Share tags only: the reservation tag is a time.
+    fn shifted(tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
+        tags.b = tags.b.saturating_sub(d);
+        tags.c = tags.c.saturating_sub(d);
+        Self::ranks(tags, cfg)
+    }
+
     fn shape(cx: &ShapeCx, which: usize) -> RankShape {
         if which == 0 {
             let slowest = cx
@@ -107,6 +132,19 @@ impl Policy for HClock {
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
+    /// `virtual_time`: start the share queue's virtual clock elsewhere (tests of the rebase).
+    fn set_param(&mut self, name: &str, value: u64) -> bool {
+        self.0.set_param(name, value)
+    }
+    fn virtual_time(&self) -> Option<u64> {
+        Some(self.0.v)
+    }
+    fn rebase(&mut self) -> u64 {
+        self.0.rebase()
+    }
+    fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
+        Rls::shifted(tags, cfg, d)
+    }
 }
 
 /// HTB-like: each child has a `rate` it is guaranteed (its reservation), a `ceil` it may not
@@ -136,5 +174,18 @@ impl Policy for Htb {
         self.0.charge(tags, cfg, s.sent, true, s.from);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
+    }
+    /// `virtual_time`: as for hClock.
+    fn set_param(&mut self, name: &str, value: u64) -> bool {
+        self.0.set_param(name, value)
+    }
+    fn virtual_time(&self) -> Option<u64> {
+        Some(self.0.v)
+    }
+    fn rebase(&mut self) -> u64 {
+        self.0.rebase()
+    }
+    fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
+        Rls::shifted(tags, cfg, d)
     }
 }
