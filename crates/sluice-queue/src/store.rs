@@ -385,6 +385,15 @@ impl<T: Copy> BucketStore<T> {
             self.stats.stale_handles += 1;
             return Err(StaleHandle);
         };
+        let next = self.chunks[idx as usize].next;
+        if slot == 0 && next != NIL {
+            // Taking a chunk's first entry, as pop_front does when it starts a chunk: a queue
+            // whose front leaves by handle (a per-flow policy re-ranking the member it served)
+            // walks its first bucket this way, and `upcoming_from` reads the next chunk soon.
+            if let Some(n) = self.chunks.get(next as usize) {
+                crate::prefetch(n);
+            }
+        }
         let c = &mut self.chunks[idx as usize];
         c.dead |= 1 << slot;
         let entry = Entry {

@@ -1004,13 +1004,18 @@ impl Scheduler {
                 };
                 let ranks = node.policy.served(&mut m.tags, cfg, &s);
                 if m.available > 0 {
+                    let served = Served {
+                        from: step.from,
+                        rank: step.rank,
+                        kept: node.policy.keeps(step.from),
+                    };
                     place(
                         &mut node.queues,
                         &mut node.first_seen,
                         m,
                         ranks,
                         step.item,
-                        Some((step.from, step.rank)),
+                        Some(served),
                     );
                 } else {
                     node.first_seen = 0;
@@ -1349,9 +1354,18 @@ fn prefetch_members(flows: &[Flow], packets: &[Rec], upcoming: Upcoming<'_, u32>
     }
 }
 
+/// What [`place`] knows after a service without reading the queues.
+#[derive(Clone, Copy)]
+struct Served {
+    /// The queue the member was picked from, and its rank there.
+    from: usize,
+    rank: Rank,
+    /// The queue whose rank the service left as it was ([`Policy::keeps`]).
+    kept: Option<usize>,
+}
+
 /// Put `member` at `ranks` in `queues` (moving it if it is there already). After a service
-/// (`served`: the queue the member was picked from and its rank there), a member whose rank in
-/// a queue is unchanged keeps its place there, ahead of members of equal rank pushed later (a
+/// (`served`), a member whose rank in a queue is unchanged keeps its place there, ahead of members of equal rank pushed later (a
 /// DRR or fq flow with credit left is served again, as in DRR and fq; an hClock member served
 /// by share keeps its place among equal reservation tags), and that queue is not touched. After
 /// an arrival (`served` is `None`) the policy has said its ranks changed
@@ -1363,7 +1377,7 @@ fn place(
     m: &mut Member,
     ranks: [Rank; 2],
     item: u32,
-    served: Option<(usize, Rank)>,
+    served: Option<Served>,
 ) {
     // Unrolled over the one or two queues: the loop over the slice cost about 17 instructions
     // per packet in bounds checks and iterator state (callgrind, hclock at 1e3 flows).
@@ -1385,13 +1399,18 @@ fn place_in(
     handle: &mut Option<Handle>,
     rank: Rank,
     item: u32,
-    served: Option<(usize, Rank)>,
+    served: Option<Served>,
     i: usize,
 ) -> bool {
     if let Some(h) = *handle {
         let unchanged = match served {
-            // The rank there is known without reading the queue.
-            Some((from, r)) if from == i => r == rank,
+            // The rank there is known without reading the queue: the one picked, or one the
+            // service cannot have changed (unless the member's configuration lost it since).
+            Some(s) if s.from == i => s.rank == rank,
+            Some(s) if s.kept == Some(i) && rank != ABSENT => {
+                debug_assert_eq!(q.rank_of(h), Some(rank), "a kept rank changed");
+                true
+            }
             Some(_) => q.rank_of(h) == Some(rank),
             None => false,
         };

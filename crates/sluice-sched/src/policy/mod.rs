@@ -220,6 +220,13 @@ pub trait Policy: fmt::Debug + Send {
         [0, ABSENT]
     }
 
+    /// Per member, dual policies: the queue whose rank a service from queue `from` never
+    /// changes (hClock: share service leaves the reservation tag as it was), so that the
+    /// scheduler need not read the member's rank there to know it keeps its place.
+    fn keeps(&self, _from: usize) -> Option<usize> {
+        None
+    }
+
     /// Change a node-wide parameter at run time (e.g. a default quantum); false if unknown.
     fn set_param(&mut self, _name: &str, _value: u64) -> bool {
         false
@@ -419,6 +426,10 @@ impl Policy for AnyPolicy {
     #[inline]
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         with_policy!(self, p => p.served(tags, cfg, s))
+    }
+    #[inline]
+    fn keeps(&self, from: usize) -> Option<usize> {
+        with_policy!(self, p => p.keeps(from))
     }
     fn set_param(&mut self, name: &str, value: u64) -> bool {
         with_policy!(self, p => p.set_param(name, value))

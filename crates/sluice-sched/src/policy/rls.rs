@@ -132,6 +132,10 @@ impl Policy for HClock {
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
+    fn keeps(&self, from: usize) -> Option<usize> {
+        // Share service does not use up the reservation.
+        (from == 1).then_some(0)
+    }
     /// `virtual_time`: start the share queue's virtual clock elsewhere (tests of the rebase).
     fn set_param(&mut self, name: &str, value: u64) -> bool {
         self.0.set_param(name, value)
