@@ -1,7 +1,8 @@
 //! Fair sharing: WFQ (start-time fair queuing), DRR, and FQ (Linux fq's flow scheduling).
 
 use super::{
-    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_offset,
+    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_clock,
+    set_clock,
 };
 use crate::packet::Meta;
 use sluice_queue::Rank;
@@ -53,23 +54,14 @@ impl Policy for Wfq {
         tags.a = self.v.max(tags.b);
         [tags.a, ABSENT]
     }
-    /// `virtual_time`: start the virtual clock elsewhere (tests of the rebase).
     fn set_param(&mut self, name: &str, value: u64) -> bool {
-        match name {
-            "virtual_time" => {
-                self.v = value;
-                true
-            }
-            _ => false,
-        }
+        set_clock(&mut self.v, name, value)
     }
     fn virtual_time(&self) -> Option<u64> {
         Some(self.v)
     }
     fn rebase(&mut self) -> u64 {
-        let d = rebase_offset(self.v);
-        self.v -= d;
-        d
+        rebase_clock(&mut self.v)
     }
     fn shifted(&self, tags: &mut Tags, _: &MemberCfg, d: u64) -> [Rank; 2] {
         tags.a = tags.a.saturating_sub(d);

@@ -57,6 +57,25 @@ pub fn rebase_offset(v: u64) -> u64 {
     (v & !(REBASE_ALIGN - 1)).saturating_sub(REBASE_ALIGN)
 }
 
+/// [`Policy::rebase`] of a fair policy whose virtual time is `v`.
+fn rebase_clock(v: &mut u64) -> u64 {
+    let d = rebase_offset(*v);
+    *v -= d;
+    d
+}
+
+/// [`Policy::set_param`] of a fair policy whose virtual time is `v`: `virtual_time` starts the
+/// clock elsewhere (tests of the rebase).
+fn set_clock(v: &mut u64, name: &str, value: u64) -> bool {
+    match name {
+        "virtual_time" => {
+            *v = value;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// How a node holds entries; see the module note.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -9,7 +9,8 @@
 //! Tags: `a` = r (ns), `b` = share start S, `c` = share finish F.
 
 use super::{
-    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_offset,
+    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_clock,
+    set_clock,
 };
 use crate::packet::Meta;
 use sluice_queue::Rank;
@@ -64,22 +65,6 @@ impl Rls {
         }
     }
 
-    fn set_param(&mut self, name: &str, value: u64) -> bool {
-        match name {
-            "virtual_time" => {
-                self.v = value;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn rebase(&mut self) -> u64 {
-        let d = rebase_offset(self.v);
-        self.v -= d;
-        d
-    }
-
     /// Share tags only: the reservation tag is a time.
     fn shifted(tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
         tags.b = tags.b.saturating_sub(d);
@@ -105,6 +90,37 @@ impl Rls {
     }
 }
 
+/// The [`Policy`] methods hClock and HTB share word for word (they differ in what service
+/// charges, [`Policy::served`]).
+macro_rules! rls_common {
+    () => {
+        fn mode(&self, _at_leaf: bool) -> Mode {
+            Mode::PerMember
+        }
+        fn dual(&self) -> bool {
+            true
+        }
+        fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
+            Rls::shape(cx, which)
+        }
+        fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
+            self.0.activate(tags, cfg, now)
+        }
+        fn set_param(&mut self, name: &str, value: u64) -> bool {
+            set_clock(&mut self.0.v, name, value)
+        }
+        fn virtual_time(&self) -> Option<u64> {
+            Some(self.0.v)
+        }
+        fn rebase(&mut self) -> u64 {
+            rebase_clock(&mut self.0.v)
+        }
+        fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
+            Rls::shifted(tags, cfg, d)
+        }
+    };
+}
+
 /// hClock: per member reservation (guaranteed rate, served first while behind), limit (the
 /// member's gate) and share (weight for the rest). As in mClock, service from the share queue
 /// does not use up the reservation.
@@ -115,18 +131,7 @@ impl Policy for HClock {
     fn name(&self) -> &'static str {
         "hclock"
     }
-    fn mode(&self, _at_leaf: bool) -> Mode {
-        Mode::PerMember
-    }
-    fn dual(&self) -> bool {
-        true
-    }
-    fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
-        Rls::shape(cx, which)
-    }
-    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
-        self.0.activate(tags, cfg, now)
-    }
+    rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         self.0.charge(tags, cfg, s.sent, s.from == 0, s.from);
         tags.b = self.0.v.max(tags.c);
@@ -135,19 +140,6 @@ impl Policy for HClock {
     fn keeps(&self, from: usize) -> Option<usize> {
         // Share service does not use up the reservation.
         (from == 1).then_some(0)
-    }
-    /// `virtual_time`: start the share queue's virtual clock elsewhere (tests of the rebase).
-    fn set_param(&mut self, name: &str, value: u64) -> bool {
-        self.0.set_param(name, value)
-    }
-    fn virtual_time(&self) -> Option<u64> {
-        Some(self.0.v)
-    }
-    fn rebase(&mut self) -> u64 {
-        self.0.rebase()
-    }
-    fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
-        Rls::shifted(tags, cfg, d)
     }
 }
 
@@ -162,34 +154,10 @@ impl Policy for Htb {
     fn name(&self) -> &'static str {
         "htb"
     }
-    fn mode(&self, _at_leaf: bool) -> Mode {
-        Mode::PerMember
-    }
-    fn dual(&self) -> bool {
-        true
-    }
-    fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
-        Rls::shape(cx, which)
-    }
-    fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
-        self.0.activate(tags, cfg, now)
-    }
+    rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         self.0.charge(tags, cfg, s.sent, true, s.from);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
-    }
-    /// `virtual_time`: as for hClock.
-    fn set_param(&mut self, name: &str, value: u64) -> bool {
-        self.0.set_param(name, value)
-    }
-    fn virtual_time(&self) -> Option<u64> {
-        Some(self.0.v)
-    }
-    fn rebase(&mut self) -> u64 {
-        self.0.rebase()
-    }
-    fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
-        Rls::shifted(tags, cfg, d)
     }
 }
