@@ -46,9 +46,10 @@ pub const MAX_WEIGHT: u32 = 1 << 16;
 /// six. Half the rank space leaves room for tags ahead of it and keeps clear of [`ABSENT`].
 pub const REBASE_AT: u64 = 1 << 62;
 
-/// A rebase lowers virtual time by a multiple of this: a power of two larger than any queue's
-/// span of buckets times granularity (2^34 at most for fair ranks), so every shifted rank keeps
-/// its place relative to its queue's bucket boundaries.
+/// A rebase lowers virtual time by a multiple of this: a power of two, and a multiple of the
+/// granularity `auto` gives any queue of fair ranks (2^21 with the default 64 KiB packets, 2^37
+/// with 4 GiB ones), so every shifted rank stays in the bucket order it had. (A coarser
+/// granularity set by hand may reorder members within one bucket, as its granularity allows.)
 pub const REBASE_ALIGN: u64 = 1 << 40;
 
 /// How far a policy whose virtual time is `v` rebases: down to between one and two
