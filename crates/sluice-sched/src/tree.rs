@@ -1365,11 +1365,11 @@ struct Served {
 }
 
 /// Put `member` at `ranks` in `queues` (moving it if it is there already). After a service
-/// (`served`), a member whose rank in a queue is unchanged keeps its place there, ahead of members of equal rank pushed later (a
-/// DRR or fq flow with credit left is served again, as in DRR and fq; an hClock member served
-/// by share keeps its place among equal reservation tags), and that queue is not touched. After
-/// an arrival (`served` is `None`) the policy has said its ranks changed
-/// ([`Policy::arrived`]): the member moves in every queue.
+/// (`served`), a member whose rank in a queue is unchanged keeps its place there, ahead of
+/// members of equal rank pushed later (a DRR or fq flow with credit left is served again, as in
+/// DRR and fq; an hClock member served by share keeps its place among equal reservation tags),
+/// and that queue is not touched. After an arrival (`served` is `None`) the policy has said its
+/// ranks changed ([`Policy::arrived`]): the member moves in every queue.
 #[inline]
 fn place(
     queues: &mut [AnyQueue<u32>],

@@ -267,7 +267,8 @@ pub trait Policy: fmt::Debug + Send {
     }
 
     /// A member's tags lowered by `d` after [`Policy::rebase`] (those already below `d`, long
-    /// idle, to 0: behind the virtual time either way), and its ranks from them.
+    /// idle, to 0: behind the virtual time either way), and its ranks from them; with `d` = 0,
+    /// the ranks its tags give as they stand.
     fn shifted(&self, _tags: &mut Tags, _cfg: &MemberCfg, _d: u64) -> [Rank; 2] {
         [ABSENT, ABSENT]
     }

@@ -12,13 +12,18 @@ use crate::policy::{MemberCfg, PolicyKind};
 /// and as far up as a clock can be (the fair tags of one packet above it still fit).
 const STARTS: [u64; 2] = [REBASE_AT - (1 << 34), 0u64.wrapping_sub(1 << 35)];
 
-/// Two WFQ leaves under a WFQ root with weights 1 and 3.
-fn wfq_tree() -> Scheduler {
-    let mut b = TreeBuilder::new(SchedConfig {
+/// A builder with room for the six flows of [`run`].
+fn builder() -> TreeBuilder {
+    TreeBuilder::new(SchedConfig {
         capacity: 64,
         flows: 16,
         ..SchedConfig::default()
-    });
+    })
+}
+
+/// Two WFQ leaves under a WFQ root with weights 1 and 3.
+fn wfq_tree() -> Scheduler {
+    let mut b = builder();
     let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
     let a = b.child(root, NodeSpec::new("a", PolicyKind::Wfq).weight(1));
     let c = b.child(root, NodeSpec::new("c", PolicyKind::Wfq).weight(3));
@@ -29,11 +34,7 @@ fn wfq_tree() -> Scheduler {
 
 /// hClock over flows (reservations and shares) under an HTB root.
 fn rls_tree() -> Scheduler {
-    let mut b = TreeBuilder::new(SchedConfig {
-        capacity: 64,
-        flows: 16,
-        ..SchedConfig::default()
-    });
+    let mut b = builder();
     let root = b.root(NodeSpec::new("root", PolicyKind::Htb));
     let mut h = NodeSpec::new("h", PolicyKind::HClock)
         .weight(1)
