@@ -4,6 +4,9 @@
 //! Transmission times are computed in 32.32 fixed-point nanoseconds with 128-bit arithmetic:
 //! exact to 2^-32 ns per packet at any rate up to 2^63 bit/s, so a limiter never drifts with
 //! the rate (BESS's limiter diverged above 68 Gbit/s from exactly this kind of rounding).
+//! Gates, which time every packet, multiply by a 63-bit reciprocal of the rate instead of
+//! dividing ([`Rate::tx_time_fp_of`]): rounded up, never shorter, within a unit of 2^-32 ns
+//! per packet at realistic rates.
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -102,6 +105,35 @@ impl Rate {
             return 0; // a gate without burst: no 128-bit division
         }
         ((u128::from(bytes) * 8_000_000_000) << 32) / u128::from(self.0.get())
+    }
+
+    /// The multiplier of [`Rate::tx_time_fp_of`]: `ceil(8e9 * 2^(31 + s) / bps)` with
+    /// `s = floor(log2 bps)`, which lies in (2^62.9, 2^63.9] for every rate, so it keeps 63
+    /// significant bits in a u64.
+    pub fn per_byte(self) -> u64 {
+        let bps = u128::from(self.0.get());
+        let s = self.log2();
+        // Fits: 8e9 * 2^(31 + s) <= 8e9 * 2^93 < 2^127.
+        (8_000_000_000u128 << (31 + s)).div_ceil(bps) as u64
+    }
+
+    /// `floor(log2 bps)`, the shift that goes with [`Rate::per_byte`].
+    #[inline]
+    fn log2(self) -> u32 {
+        63 - self.0.leading_zeros()
+    }
+
+    /// [`Rate::tx_time_fp`] of a packet of `len` bytes by multiplication with `per_byte` (this
+    /// rate's [`Rate::per_byte`]), without the 128-bit division: what a gate does for every
+    /// packet. The multiplier is rounded up, so the time is never shorter than `tx_time_fp`'s,
+    /// and longer by at most `1 + 4 * len / bps` units of 2^-32 ns: one unit for a 1500-byte
+    /// packet at 6 kbit/s and above, a relative 2^-62 at any rate. A gate therefore never
+    /// sends faster than its rate.
+    #[inline]
+    pub fn tx_time_fp_of(self, len: u32, per_byte: u64) -> u128 {
+        debug_assert_eq!(per_byte, self.per_byte());
+        // len * per_byte < 2^96, doubled < 2^97: no overflow.
+        ((u128::from(len) * u128::from(per_byte)) << 1) >> self.log2()
     }
 
     /// Time to send `bytes` at this rate, in whole nanoseconds (rounded down).
@@ -310,6 +342,39 @@ mod tests {
         assert!(5_120_000 - ((total >> 32) as u64) <= 1);
         let max = Rate::from_bps(MAX_RATE_BPS).unwrap();
         assert_eq!(max.tx_time_ns(u64::from(u32::MAX)), 3);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_reciprocal_is_never_shorter_and_at_most_its_bound_longer(
+            log_bps in 0u32..63,
+            frac in proptest::prelude::any::<u64>(),
+            len in 1u32..,
+        ) {
+            // Rates log-uniform over [1, 2^63): every shift the reciprocal takes.
+            let bps = ((1u64 << log_bps) | (frac & ((1u64 << log_bps) - 1))).min(MAX_RATE_BPS);
+            let r = Rate::from_bps(bps).unwrap();
+            let exact = r.tx_time_fp(u64::from(len));
+            let fast = r.tx_time_fp_of(len, r.per_byte());
+            proptest::prop_assert!(fast >= exact);
+            let bound = 1 + (4 * u128::from(len)).div_ceil(u128::from(bps));
+            proptest::prop_assert!(fast - exact <= bound, "{fast} - {exact} > {bound}");
+        }
+    }
+
+    #[test]
+    fn the_reciprocal_is_exact_where_the_time_is_whole() {
+        for (r, len, ns) in [
+            (Rate::gbit(1), 1500, 12_000),
+            (Rate::gbit(40), 1500, 300),
+            (Rate::gbit(100), 64, 5),
+            (Rate::mbit(10), 1500, 1_200_000),
+            (Rate::from_bps(1).unwrap(), 1, 8_000_000_000),
+        ] {
+            assert_eq!(r.tx_time_fp_of(len, r.per_byte()) >> 32, ns, "{r} {len}");
+        }
+        let max = Rate::from_bps(MAX_RATE_BPS).unwrap();
+        assert_eq!(max.tx_time_fp_of(u32::MAX, max.per_byte()) >> 32, 3);
     }
 
     #[test]
