@@ -34,6 +34,12 @@
 //!
 //! The rates are Fig. 4.7's megabits scaled to gigabits so that every limit binds: `b` wants
 //! two thirds of 40 Gbit/s and gets 10, `b2` wants three quarters of that and gets 7.
+//!
+//! In `hclock` every flow starts at time 0 with the same reservation, a quarter of its fair
+//! share, so the flows' reservations come due together: in a wave every four packets of a
+//! flow (`4 * flows` packets), through which the cost per packet of both implementations
+//! swings. Timings that should not depend on where they start span whole waves (`sluice bench
+//! sched` times at least four packets per flow).
 
 use crate::baseline::{Fq, FqConfig};
 use crate::builder::{BuildError, NodeSpec, QueueChoice, SchedConfig, ShaperConfig, TreeBuilder};

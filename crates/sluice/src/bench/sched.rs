@@ -9,11 +9,20 @@
 //! filled, then warmed up with `2 N` packets (every flow cycles at least once, so the schedulers
 //! reach their steady state), then timed round-robin: `--repeats` rounds, each running a short
 //! untimed warm-up (the other implementation evicted the caches) and `--packets` timed packets,
-//! at least `2 N`: a timing then spans two cycles of every flow, so work that a structure
-//! amortizes over many operations (the heap baseline's compaction of removed entries, once per
-//! about N removals) lands in every timing rather than in one of them, where the median would
-//! drop it. A cell is the median of its rounds. Afterwards both must have sent the same number of packets,
-//! rejected none and still hold two packets of every flow; otherwise the run fails.
+//! at least [`MIN_PACKETS_PER_FLOW`] per flow (`4 N`). A timing then spans four cycles of every
+//! flow, so that
+//! - work that a structure amortizes over many operations (the heap baseline's compaction of
+//!   removed entries, once per about N removals) lands in every timing rather than in one of
+//!   them, where the median would drop it;
+//! - a timing covers a whole period of the traffic wherever it starts: hclock's flows all start
+//!   together with the same reservation, a quarter of their fair share, so their reservations
+//!   come due together, in a wave every four packets of a flow, and both sides' cost per
+//!   packet swings with the wave (`sched_probe hclock baseline 1000000 1000000 12`: 250 to
+//!   790 ns per block of N packets, Sluice 80 to 105 ns). Timings of `2 N` quoted whichever
+//!   half of the wave the rounds' median fell on.
+//!
+//! A cell is the median of its rounds. Afterwards both must have sent the same number of
+//! packets, rejected none and still hold two packets of every flow; otherwise the run fails.
 
 use super::common::{fmt_n, median, parse_count, pick};
 use crate::report::{self, Panel, Series, Table};
@@ -40,7 +49,7 @@ pub struct SchedArgs {
     /// Cases: hclock, pfabric, fq_pacing, eiffel_fig47. Default: all.
     #[arg(long, value_delimiter = ',')]
     case: Vec<String>,
-    /// Packets per timing, at least twice the flows (default 1e6, or 2e5 with --quick).
+    /// Packets per timing, at least four times the flows (default 1e6, or 2e5 with --quick).
     #[arg(long, value_parser = parse_count)]
     packets: Option<usize>,
     /// Timed repeats per cell; the median is reported.
@@ -50,6 +59,9 @@ pub struct SchedArgs {
     #[arg(long, default_value = "results")]
     out: PathBuf,
 }
+
+/// A timing sends at least this many packets per flow (see the module note).
+const MIN_PACKETS_PER_FLOW: u64 = 4;
 
 /// Flow counts are at most this (a scheduler holds at most `MAX_PACKETS`, two per flow).
 const MAX_FLOWS: usize = sluice_sched::builder::MAX_PACKETS / 2;
@@ -93,8 +105,7 @@ fn measure_cell(
     for l in &mut loops {
         black_box(l.run(2 * flows as u64));
     }
-    // See the module note: a timing spans at least two cycles of every flow.
-    let packets = packets.max(2 * flows as u64);
+    let packets = packets.max(MIN_PACKETS_PER_FLOW * flows as u64);
     let mut samples = vec![Vec::with_capacity(repeats); loops.len()];
     for _ in 0..repeats {
         for (l, s) in loops.iter_mut().zip(&mut samples) {
@@ -178,7 +189,7 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("ns per packet (one enqueue + one dequeue); speedup = baseline / sluice");
         println!(
-            "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing (at least 2 per flow), median of {}",
+            "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing (at least {MIN_PACKETS_PER_FLOW} per flow), median of {}",
             args.repeats
         );
         println!("{}\n", memory_note());
