@@ -18,7 +18,7 @@
 //!   together with the same reservation, a quarter of their fair share, so their reservations
 //!   come due together, in a wave every four packets of a flow, and both sides' cost per
 //!   packet swings with the wave (`sched_probe hclock baseline 1000000 1000000 12`: 250 to
-//!   790 ns per block of N packets, Sluice 80 to 105 ns). Timings of `2 N` quoted whichever
+//!   790 ns per block of N packets, Sluice 80 to 106 ns). Timings of `2 N` quoted whichever
 //!   half of the wave the rounds' median fell on.
 //!
 //! A cell is the median of its rounds. Afterwards both must have sent the same number of
