@@ -676,8 +676,19 @@ impl Scheduler {
     }
 
     /// Node `n` has a new packet available: pass it through `n`'s gate to its parent, and on up.
-    #[inline]
-    fn pass_up(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
+    #[inline(always)]
+    fn pass_up(&mut self, n: NodeId, meta: &Meta, now: u64) {
+        // A leaf that is the root (one node: pfabric, fq, an hClock over flows) only counts
+        // the packet ready; the walk up, a call of its own, is for deeper trees.
+        if self.nodes[n as usize].parent.is_none() {
+            self.ready += 1;
+            return;
+        }
+        self.pass_up_walk(n, meta, now);
+    }
+
+    /// [`Scheduler::pass_up`] from a node that has a parent.
+    fn pass_up_walk(&mut self, mut n: NodeId, meta: &Meta, now: u64) {
         loop {
             let node = &self.nodes[n as usize];
             let Some(p) = node.parent else {
@@ -1003,7 +1014,11 @@ impl Scheduler {
                     now,
                 };
                 let ranks = node.policy.served(&mut m.tags, cfg, &s);
-                if m.available > 0 {
+                // One queue, and the rank the member was picked at: it keeps its place, as
+                // `place` would find, without the call (pFabric's served flow, a DRR or fq flow
+                // with credit left).
+                let stays = !node.dual && ranks[0] == step.rank;
+                if m.available > 0 && !stays {
                     let served = Served {
                         from: step.from,
                         rank: step.rank,
@@ -1017,7 +1032,7 @@ impl Scheduler {
                         step.item,
                         Some(served),
                     );
-                } else {
+                } else if m.available == 0 {
                     node.first_seen = 0;
                     for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
                         if let Some(h) = h.take() {
