@@ -1385,7 +1385,9 @@ struct Served {
 /// DRR and fq; an hClock member served by share keeps its place among equal reservation tags),
 /// and that queue is not touched. After an arrival (`served` is `None`) the policy has said its
 /// ranks changed ([`Policy::arrived`]): the member moves in every queue.
-#[inline]
+// Always inlined into its two callers: as a call, its argument passing and register saves
+// cost pfabric 4% and hclock 3.5% of their instructions per packet (callgrind, 1e3 flows).
+#[inline(always)]
 fn place(
     queues: &mut [AnyQueue<u32>],
     first_seen: &mut Rank,
