@@ -276,7 +276,7 @@ impl<T: Copy> BucketStore<T> {
     }
 
     /// [`BucketStore::front`] and [`BucketStore::front_items`] of one bucket.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn front_and_items(&self, bucket: usize) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         let head = self.lists[bucket].head;
         if head == NIL {
@@ -380,6 +380,7 @@ impl<T: Copy> BucketStore<T> {
     }
 
     /// Remove the entry behind `handle`: its bucket and entry, or `StaleHandle`.
+    #[inline(always)]
     pub(crate) fn remove(&mut self, handle: Handle) -> Result<(usize, Entry<T>), StaleHandle> {
         let Some((idx, slot)) = self.locate(handle) else {
             self.stats.stale_handles += 1;
