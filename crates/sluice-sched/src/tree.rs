@@ -1014,11 +1014,7 @@ impl Scheduler {
                     now,
                 };
                 let ranks = node.policy.served(&mut m.tags, cfg, &s);
-                // One queue, and the rank the member was picked at: it keeps its place, as
-                // `place` would find, without the call (pFabric's served flow, a DRR or fq flow
-                // with credit left).
-                let stays = !node.dual && ranks[0] == step.rank;
-                if m.available > 0 && !stays {
+                if m.available > 0 {
                     let served = Served {
                         from: step.from,
                         rank: step.rank,
@@ -1032,7 +1028,7 @@ impl Scheduler {
                         step.item,
                         Some(served),
                     );
-                } else if m.available == 0 {
+                } else {
                     node.first_seen = 0;
                     for (q, h) in node.queues.iter_mut().zip(m.handles.iter_mut()) {
                         if let Some(h) = h.take() {
