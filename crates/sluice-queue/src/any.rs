@@ -281,6 +281,10 @@ impl<T: Copy> RankQueue<T> for AnyQueue<T> {
         with_any_queue!(self, q => q.remove(handle))
     }
     #[inline]
+    fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        with_any_queue!(self, q => q.requeue(handle, rank, item))
+    }
+    #[inline]
     fn rank_of(&self, handle: Handle) -> Option<Rank> {
         with_any_queue!(self, q => q.rank_of(handle))
     }

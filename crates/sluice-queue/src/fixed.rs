@@ -27,6 +27,11 @@ pub trait BucketIndex {
     fn insert(&mut self, bucket: usize);
     /// Bucket `bucket` has become empty.
     fn remove(&mut self, bucket: usize);
+    /// Bucket `from` has become empty and bucket `to` non-empty (an item moved).
+    fn moved(&mut self, from: usize, to: usize) {
+        self.remove(from);
+        self.insert(to);
+    }
     /// The bucket to serve next, if any is non-empty.
     fn first<F: Fn(usize) -> bool>(&self, occupied: F) -> Option<usize>;
     /// True when no bucket is marked non-empty.
@@ -187,6 +192,17 @@ impl<T: Copy, I: BucketIndex> FixedRangeQueue<T, I> {
         self.index.first(|b| store.is_occupied(b))
     }
 
+    /// Append to `bucket` (the one `rank` files under).
+    #[inline(always)]
+    fn push_in(&mut self, bucket: usize, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        let fresh = !self.store.is_occupied(bucket);
+        let handle = self.store.push_back(bucket, rank, item)?;
+        if fresh {
+            self.index.insert(bucket);
+        }
+        Ok(handle)
+    }
+
     /// The index, for inspection in tests and benchmarks.
     pub fn index(&self) -> &I {
         &self.index
@@ -214,12 +230,23 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
         let Some(bucket) = self.bucket_of(rank) else {
             return Err(PushError::OutOfRange { rank, item });
         };
-        let fresh = !self.store.is_occupied(bucket);
-        let handle = self.store.push_back(bucket, rank, item)?;
-        if fresh {
-            self.index.insert(bucket);
+        self.push_in(bucket, rank, item)
+    }
+
+    #[inline]
+    fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        let Some(bucket) = self.bucket_of(rank) else {
+            let _ = self.remove(handle);
+            return Err(PushError::OutOfRange { rank, item });
+        };
+        if let Some(from) = self.store.relink_alone(handle, bucket, rank, item) {
+            if from != bucket {
+                self.index.moved(from, bucket);
+            }
+            return Ok(handle);
         }
-        Ok(handle)
+        let _ = self.remove(handle);
+        self.push_in(bucket, rank, item)
     }
 
     #[inline]

@@ -19,6 +19,10 @@ impl BucketIndex for HierBitmap {
         self.clear(bucket);
     }
     #[inline]
+    fn moved(&mut self, from: usize, to: usize) {
+        self.replace(from, to);
+    }
+    #[inline]
     fn is_empty(&self) -> bool {
         HierBitmap::is_empty(self)
     }

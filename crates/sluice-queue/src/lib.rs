@@ -171,6 +171,18 @@ pub trait RankQueue<T: Copy> {
     /// Remove the item behind `handle`, wherever it is.
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle>;
 
+    /// Move the item behind `handle` to `rank`, as [`RankQueue::remove`] then
+    /// [`RankQueue::push`] of `item` would: to the back of the items of its new rank, with a new
+    /// handle in place of `handle` (which the queue may hand back as it was). A stale handle
+    /// removes nothing (it is counted) and `item` is pushed all the same. Bucketed queues move
+    /// an item that is alone in its bucket into an empty one in place, without giving up and
+    /// taking back its storage: a per-flow policy re-ranking the flow it serves (pFabric, LQF)
+    /// does this on most packets.
+    fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        let _ = self.remove(handle);
+        self.push(rank, item)
+    }
+
     /// The rank the item behind `handle` was pushed with, while it is queued (`None` for a
     /// stale or foreign handle). A scheduler re-ranking a member reads it to leave a member
     /// whose rank did not change where it is, ahead of later pushes of the same rank.

@@ -413,6 +413,42 @@ impl<T: Copy> BucketStore<T> {
         Ok((bucket, entry))
     }
 
+    /// Move the entry behind `handle` to `bucket` as `rank` and `item` without freeing its
+    /// chunk, when it is the only entry of its bucket and `bucket` is empty (or its own): the
+    /// chunk is relinked as `bucket`'s one chunk, and `handle` stays valid. Returns the bucket
+    /// it left, or `None` (nothing changed) when the entry is not alone, `bucket` is occupied
+    /// or the handle is stale; the caller then removes and pushes.
+    #[inline(always)]
+    pub(crate) fn relink_alone(
+        &mut self,
+        handle: Handle,
+        bucket: usize,
+        rank: Rank,
+        item: T,
+    ) -> Option<usize> {
+        let (idx, slot) = self.locate(handle)?;
+        let c = &self.chunks[idx as usize];
+        // The head is live, so [head, tail) = [slot, slot + 1) holds this entry alone.
+        let alone = c.head == slot && c.tail == slot + 1 && c.prev == NIL && c.next == NIL;
+        let from = c.bucket as usize;
+        if !alone || (from != bucket && self.lists[bucket].head != NIL) {
+            return None;
+        }
+        let c = &mut self.chunks[idx as usize];
+        c.ranks[slot as usize] = rank;
+        c.items[slot as usize] = item;
+        c.bucket = bucket as u32;
+        self.lists[from] = EMPTY_LIST;
+        self.lists[bucket] = BucketList {
+            head: idx,
+            tail: idx,
+        };
+        // Counted as the remove and push it stands for.
+        self.stats.removed += 1;
+        self.stats.pushed += 1;
+        Some(from)
+    }
+
     /// Verify the invariants of the module note. For tests and debug builds; O(chunks).
     #[cfg(test)]
     pub(crate) fn check(&self) {
@@ -531,6 +567,37 @@ mod tests {
         assert_eq!(s.remove(h).unwrap().1.item, 99);
     }
 
+    #[test]
+    fn an_entry_alone_in_its_bucket_is_relinked_in_place() {
+        let mut s = BucketStore::new(4, 100).unwrap();
+        let h = s.push_back(0, 5, 1u32).unwrap();
+        // Alone, to an empty bucket: the chunk moves, the handle stays valid.
+        assert_eq!(s.relink_alone(h, 2, 17, 1), Some(0));
+        s.check();
+        assert!(!s.is_occupied(0));
+        assert_eq!(s.rank_of(h), Some(17));
+        assert_eq!(s.front(2).map(|e| (e.rank, e.item)), Some((17, 1)));
+        // Its own bucket, a new rank: in place too.
+        assert_eq!(s.relink_alone(h, 2, 16, 1), Some(2));
+        assert_eq!(s.rank_of(h), Some(16));
+        // A later push to the bucket goes behind it, in the same chunk.
+        let g = s.push_back(2, 18, 2).unwrap();
+        s.check();
+        // Not alone any more; nor is `g`; an occupied destination; a stale handle: no change.
+        assert_eq!(s.relink_alone(h, 3, 9, 1), None);
+        assert_eq!(s.relink_alone(g, 3, 9, 2), None);
+        let k = s.push_back(3, 30, 3).unwrap();
+        assert_eq!(s.relink_alone(k, 2, 9, 3), None);
+        assert!(s.remove(k).is_ok());
+        assert_eq!(s.relink_alone(k, 1, 9, 3), None, "stale");
+        s.check();
+        // Pushes and removes counted as the remove and push a move stands for.
+        let st = s.stats();
+        assert_eq!((st.pushed, st.removed), (2 + 3, 2 + 1));
+        let order: Vec<u32> = std::iter::from_fn(|| s.pop_front(2).map(|e| e.item)).collect();
+        assert_eq!(order, [1, 2]);
+        s.check();
+    }
     #[test]
     fn full_store_refuses() {
         let mut s = BucketStore::new(3, 2).unwrap();

@@ -1,5 +1,6 @@
 //! Differential property tests: every queue against the exact oracle under random
-//! interleavings of push, pop, peek, remove (live and stale handles) and time advance.
+//! interleavings of push, pop, peek, remove (live and stale handles), requeue (a move to a new
+//! rank) and time advance.
 //!
 //! Ranks are drawn around a moving time cursor that starts beyond 2^40, so moving-range
 //! structures wrap around their arrays many times per case; offsets aim at the interesting
@@ -25,6 +26,8 @@ enum Op {
     Peek,
     /// Remove the n-th live item (modulo), then try the same handle again.
     Remove(usize),
+    /// Move the n-th live item (modulo) to a new rank: the oracle removes and pushes.
+    Requeue(usize, RankPick),
     /// Advance the time cursor by this fraction of the span (in 1/64ths) and `pop_due`.
     Due(u64),
 }
@@ -59,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(Op::Pop),
         1 => Just(Op::Peek),
         2 => any::<usize>().prop_map(Op::Remove),
+        2 => (any::<usize>(), rank_pick()).prop_map(|(n, p)| Op::Requeue(n, p)),
         2 => (0u64..96).prop_map(Op::Due),
     ]
 }
@@ -165,13 +169,7 @@ fn run_on<Q: RankQueue<u32>>(
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Push(pick) => {
-                let rank = match pick {
-                    RankPick::Inside(x) => now + x % c.span,
-                    RankPick::Edge(d) => (now + c.span).saturating_add_signed(d * c.granule as i64),
-                    RankPick::Below(x) => now.saturating_sub(1 + x % (2 * c.span)),
-                    RankPick::Beyond(x) => now + c.span * (2 + x % 8) + x % c.span,
-                    RankPick::Repeat => last_rank,
-                };
+                let rank = pick_rank(pick, c, now, last_rank);
                 last_rank = rank;
                 let item = next_item;
                 next_item += 1;
@@ -255,6 +253,43 @@ fn run_on<Q: RankQueue<u32>>(
                 );
                 prop_assert_eq!(q.rank_of(h), None, "step {}: rank_of a stale handle", step);
             }
+            Op::Requeue(n, pick) => {
+                if live.is_empty() {
+                    continue;
+                }
+                let rank = pick_rank(pick, c, now, last_rank);
+                last_rank = rank;
+                let i = n % live.len();
+                let (item, h, id) = live[i];
+                let got = q.requeue(h, rank, item);
+                prop_assert!(
+                    o.remove(id).is_some(),
+                    "step {}: oracle lost {}",
+                    step,
+                    item
+                );
+                match (got, o.push(rank, item)) {
+                    (Ok(h), Ok(id)) => {
+                        live[i] = (item, h, id);
+                        prop_assert_eq!(q.rank_of(h), o.rank_of(id), "step {}: rank_of", step);
+                    }
+                    (
+                        Err(PushError::OutOfRange { item: a, .. }),
+                        Err(PushError::OutOfRange { item: b, .. }),
+                    ) => {
+                        prop_assert_eq!(a, b);
+                        forget(&mut live, &mut pos, item);
+                    }
+                    (got, want) => prop_assert!(
+                        false,
+                        "step {}: requeue({}) got {:?}, oracle {:?}",
+                        step,
+                        rank,
+                        got.map(|_| ()),
+                        want.map(|_| ())
+                    ),
+                }
+            }
             Op::Due(sixty_fourths) => {
                 now += c.span * sixty_fourths / 64;
                 let (a, b) = (q.pop_due(now), o.pop_due(now));
@@ -276,6 +311,17 @@ fn run_on<Q: RankQueue<u32>>(
     }
     prop_assert!(q.is_empty());
     Ok(())
+}
+
+/// The rank `pick` names from the cursor `now` (see [`RankPick`]).
+fn pick_rank(pick: RankPick, c: &Case, now: u64, last_rank: u64) -> u64 {
+    match pick {
+        RankPick::Inside(x) => now + x % c.span,
+        RankPick::Edge(d) => (now + c.span).saturating_add_signed(d * c.granule as i64),
+        RankPick::Below(x) => now.saturating_sub(1 + x % (2 * c.span)),
+        RankPick::Beyond(x) => now + c.span * (2 + x % 8) + x % c.span,
+        RankPick::Repeat => last_rank,
+    }
 }
 
 fn params() -> impl Strategy<Value = (usize, u64, usize, bool, u64)> {

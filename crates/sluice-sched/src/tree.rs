@@ -27,9 +27,9 @@
 //! per-packet node pops its first entry and follows it; a per-member node picks its first member
 //! (for dual policies, a due reservation before the first share) and follows it; the leaf
 //! yields the packet. On the way back up every per-member node re-ranks the member that sent,
-//! with the packet actually sent, in O(1) (remove and push by handle); a member whose rank did
-//! not change keeps its place, ahead of equal ranks (a DRR or fq flow with credit left sends
-//! again, as in DRR and fq).
+//! with the packet actually sent, in O(1) (`RankQueue::requeue` by handle); a member whose rank
+//! did not change keeps its place, ahead of equal ranks (a DRR or fq flow with credit left
+//! sends again, as in DRR and fq).
 //!
 //! Invariant (checked by [`Scheduler::check`] in tests): every node holds exactly as many
 //! entries-worth of packets as its children have passed up to it, so following entries from
@@ -1430,7 +1430,13 @@ fn place_in(
         if unchanged {
             return false;
         }
-        let _ = q.remove(h);
+        *handle = if rank != ABSENT {
+            q.requeue(h, rank, item).ok()
+        } else {
+            let _ = q.remove(h);
+            None
+        };
+        return true;
     }
     *handle = if rank != ABSENT {
         q.push(rank, item).ok()
