@@ -163,7 +163,7 @@ impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
 }
 
 impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
         let key = self.granularity.bucket(rank);
         if self.store.len() == 0 {
@@ -228,6 +228,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         self.store.rank_of(handle)
     }
 
+    #[inline(always)]
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (bucket, entry) = self.store.remove(handle)?;
         if !self.store.is_occupied(bucket) {
