@@ -163,6 +163,8 @@ impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
 }
 
 impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
+    // `push` and `remove` are always inlined, so that a requeue (the default: remove, then
+    // push) is one call: 3% of hClock's instructions per packet (callgrind, 1e3 flows).
     #[inline(always)]
     fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
         let key = self.granularity.bucket(rank);
