@@ -1,9 +1,9 @@
 //! A counting global allocator proves that no Sluice queue allocates after construction.
 //!
-//! Each structure is built, filled, and then driven through a long mix of push, pop, remove and
-//! time advance; the allocator's call count must not change during the mix. (The BTreeMap and
-//! skip-list baselines are excluded: BTreeMap allocates nodes by design; the others here do
-//! not.)
+//! Each structure is built, filled, and then driven through a long mix of push, pop, remove,
+//! requeue and time advance; the allocator's call count must not change during the mix. (The
+//! BTreeMap and skip-list baselines are excluded: BTreeMap allocates nodes by design; the
+//! others here do not.)
 
 use sluice_queue::{QueueKind, QueueSpec, RankQueue};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -75,7 +75,7 @@ fn no_allocation_per_operation_after_construction() {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            match rng % 8 {
+            match rng % 9 {
                 0..=3 => {
                     if let Ok(h) = q.push(now + rng % 3000, i) {
                         if handles.len() < handles.capacity() {
@@ -89,6 +89,14 @@ fn no_allocation_per_operation_after_construction() {
                 6 => {
                     if let Some(h) = handles.pop() {
                         let _ = q.remove(h);
+                    }
+                }
+                7 => {
+                    // A move, kept by its new handle (a stale one pushes afresh).
+                    if let Some(h) = handles.pop() {
+                        if let Ok(h) = q.requeue(h, now + rng % 3000, i) {
+                            handles.push(h);
+                        }
                     }
                 }
                 _ => {
