@@ -140,6 +140,31 @@ fn entry_eq<T: PartialEq + std::fmt::Debug>(
     Ok(())
 }
 
+/// A push (or the push of a requeue) and the oracle's agree: both queued the item (its handle
+/// and oracle id), or both handed it back for the same reason (`None`).
+fn same_push(
+    what: &str,
+    got: Result<Handle, PushError<u32>>,
+    want: Result<u64, PushError<u32>>,
+) -> Result<Option<(Handle, u64)>, TestCaseError> {
+    match (got, want) {
+        (Ok(h), Ok(id)) => Ok(Some((h, id))),
+        (Err(PushError::Full { item: a, .. }), Err(PushError::Full { item: b, .. }))
+        | (
+            Err(PushError::OutOfRange { item: a, .. }),
+            Err(PushError::OutOfRange { item: b, .. }),
+        ) => {
+            prop_assert_eq!(a, b, "{}", what);
+            Ok(None)
+        }
+        (got, want) => Err(TestCaseError::fail(format!(
+            "{what}: got {:?}, oracle {:?}",
+            got.map(|_| ()),
+            want.map(|_| ())
+        ))),
+    }
+}
+
 fn run(c: &Case, start: u64, ops: &[Op]) -> Result<(), TestCaseError> {
     let q: AnyQueue<u32> = c.spec.build().expect("valid spec");
     run_on(q, c, start, ops)
@@ -173,29 +198,10 @@ fn run_on<Q: RankQueue<u32>>(
                 last_rank = rank;
                 let item = next_item;
                 next_item += 1;
-                match (q.push(rank, item), o.push(rank, item)) {
-                    (Ok(h), Ok(id)) => {
-                        pos.insert(item, live.len());
-                        live.push((item, h, id));
-                    }
-                    (
-                        Err(PushError::Full { item: a, .. }),
-                        Err(PushError::Full { item: b, .. }),
-                    )
-                    | (
-                        Err(PushError::OutOfRange { item: a, .. }),
-                        Err(PushError::OutOfRange { item: b, .. }),
-                    ) => {
-                        prop_assert_eq!(a, b);
-                    }
-                    (got, want) => prop_assert!(
-                        false,
-                        "step {}: push({}) got {:?}, oracle {:?}",
-                        step,
-                        rank,
-                        got.map(|_| ()),
-                        want.map(|_| ())
-                    ),
+                let what = format!("step {step}: push({rank})");
+                if let Some((h, id)) = same_push(&what, q.push(rank, item), o.push(rank, item))? {
+                    pos.insert(item, live.len());
+                    live.push((item, h, id));
                 }
             }
             Op::Pop => {
@@ -268,26 +274,12 @@ fn run_on<Q: RankQueue<u32>>(
                     step,
                     item
                 );
-                match (got, o.push(rank, item)) {
-                    (Ok(h), Ok(id)) => {
-                        live[i] = (item, h, id);
-                        prop_assert_eq!(q.rank_of(h), o.rank_of(id), "step {}: rank_of", step);
-                    }
-                    (
-                        Err(PushError::OutOfRange { item: a, .. }),
-                        Err(PushError::OutOfRange { item: b, .. }),
-                    ) => {
-                        prop_assert_eq!(a, b);
-                        forget(&mut live, &mut pos, item);
-                    }
-                    (got, want) => prop_assert!(
-                        false,
-                        "step {}: requeue({}) got {:?}, oracle {:?}",
-                        step,
-                        rank,
-                        got.map(|_| ()),
-                        want.map(|_| ())
-                    ),
+                let what = format!("step {step}: requeue({rank})");
+                if let Some((h, id)) = same_push(&what, got, o.push(rank, item))? {
+                    live[i] = (item, h, id);
+                    prop_assert_eq!(q.rank_of(h), o.rank_of(id), "{}: rank_of", what);
+                } else {
+                    forget(&mut live, &mut pos, item);
                 }
             }
             Op::Due(sixty_fourths) => {
