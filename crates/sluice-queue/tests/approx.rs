@@ -40,6 +40,8 @@ enum Op {
     Push(u32),
     Pop,
     Remove(usize),
+    /// Move the n-th live item (modulo) to the bucket the u32 names.
+    Requeue(usize, u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -47,6 +49,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => any::<u32>().prop_map(Op::Push),
         4 => Just(Op::Pop),
         1 => any::<usize>().prop_map(Op::Remove),
+        2 => (any::<usize>(), any::<u32>()).prop_map(|(n, x)| Op::Requeue(n, x)),
     ]
 }
 
@@ -104,6 +107,17 @@ proptest! {
                     prop_assert_eq!(q.remove(h).map(|e| e.item), Ok(item));
                     model.take(b, item)?;
                     drop_live(&mut live, &mut index, item);
+                }
+                Op::Requeue(n, x) => {
+                    if live.is_empty() { continue; }
+                    let i = n % live.len();
+                    let (item, h, b) = live[i];
+                    let to = (x % spread) as usize % window;
+                    let moved = q.requeue(h, to as u64, item);
+                    prop_assert!(moved.is_ok(), "an in-range move is kept");
+                    model.take(b, item)?;
+                    model.push(to, item);
+                    if let Ok(h) = moved { live[i] = (item, h, to); }
                 }
             }
             prop_assert_eq!(q.len(), live.len());
