@@ -860,7 +860,7 @@ impl Scheduler {
     #[inline]
     fn rec(&self, pkt: u32) -> &Rec {
         if pkt & INLINE != 0 {
-            self.flows.flows[inline_flow(pkt)].rec(&self.packets.items, pkt)
+            &self.flows.flows[inline_flow(pkt)].slots[(pkt & 1) as usize]
         } else {
             &self.packets.items[pkt as usize]
         }
@@ -1430,18 +1430,15 @@ fn place_in(
         if unchanged {
             return false;
         }
-        *handle = if rank != ABSENT {
-            q.requeue(h, rank, item).ok()
-        } else {
+    }
+    *handle = match (*handle, rank != ABSENT) {
+        (Some(h), true) => q.requeue(h, rank, item).ok(),
+        (Some(h), false) => {
             let _ = q.remove(h);
             None
-        };
-        return true;
-    }
-    *handle = if rank != ABSENT {
-        q.push(rank, item).ok()
-    } else {
-        None
+        }
+        (None, true) => q.push(rank, item).ok(),
+        (None, false) => None,
     };
     true
 }
