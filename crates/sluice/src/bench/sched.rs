@@ -221,6 +221,13 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
             }
             println!("{}", t.render());
         }
+        let lines = target_lines(&cases, ns);
+        if !lines.is_empty() {
+            println!("targets (at 1e6 flows; growth is Sluice's own cost from 1e3 to 1e6 flows):");
+            for line in lines {
+                println!("  {line}");
+            }
+        }
     }
 
     std::fs::create_dir_all(&args.out)
@@ -276,6 +283,62 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The speedup each case must reach at [`TARGET_FLOWS`] flows, if it has a target.
+fn speedup_target(case: Case) -> Option<f64> {
+    match case {
+        Case::HClock | Case::FqPacing => Some(5.0),
+        Case::Pfabric => Some(3.0),
+        Case::EiffelFig47 => None,
+    }
+}
+
+/// Where the targets are set: speedups at this many flows, growth from [`GROWTH_FROM`] flows.
+const TARGET_FLOWS: usize = 1_000_000;
+const GROWTH_FROM: usize = 1_000;
+/// Sluice's own cost at `TARGET_FLOWS` may be at most this many times its cost at `GROWTH_FROM`.
+const MAX_GROWTH: f64 = 2.0;
+
+/// One line per case saying whether this run met the targets, from the run's cells (`ns`
+/// gives a cell's ns per packet). Nothing for a case whose run lacks the flow counts needed.
+fn target_lines(cases: &[Case], ns: impl Fn(Case, Impl, usize) -> Option<f64>) -> Vec<String> {
+    let verdict = |met: bool| if met { "met" } else { "missed" };
+    cases
+        .iter()
+        .filter_map(|&case| {
+            let at = |imp, flows| ns(case, imp, flows);
+            let mut parts = Vec::new();
+            if let (Some(want), Some(s), Some(b)) = (
+                speedup_target(case),
+                at(Impl::Sluice, TARGET_FLOWS),
+                at(Impl::Baseline, TARGET_FLOWS),
+            ) {
+                let shown = format!("{:.1}", b / s);
+                parts.push(format!(
+                    "speedup {shown}x (at least {want:.0}x: {})",
+                    verdict(as_shown(&shown) >= want)
+                ));
+            }
+            if let (Some(low), Some(high)) = (
+                at(Impl::Sluice, GROWTH_FROM),
+                at(Impl::Sluice, TARGET_FLOWS),
+            ) {
+                let shown = format!("{:.2}", high / low);
+                parts.push(format!(
+                    "growth {shown}x (at most {MAX_GROWTH:.0}x: {})",
+                    verdict(as_shown(&shown) <= MAX_GROWTH)
+                ));
+            }
+            (!parts.is_empty()).then(|| format!("{:<13} {}", case.name(), parts.join(", ")))
+        })
+        .collect()
+}
+
+/// A ratio as printed: judged on that, a target line never contradicts itself (5.0x shown is
+/// 5x met, whatever the digits after it).
+fn as_shown(text: &str) -> f64 {
+    text.parse().unwrap_or(f64::NAN)
+}
+
 /// Which pages the run's memory was on: 4 KiB unless glibc's allocator was told to ask for
 /// transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which then serves both
 /// implementations alike), and whether the kernel grants them.
@@ -311,6 +374,40 @@ fn memory_line(tunables: &str, thp: &str) -> String {
         format!(
             "memory: 4 KiB pages unless the kernel makes them huge (transparent huge pages: {thp}); GLIBC_TUNABLES=glibc.malloc.hugetlb=1 asks for huge pages for both implementations"
         )
+    }
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::*;
+
+    #[test]
+    fn the_target_lines_judge_speedup_and_growth_from_the_cells() {
+        // hclock: 5.0x exactly at 1e6 and growth 1.25x; pfabric: 2.9x and growth 2.5x.
+        let cells = |case: Case, imp: Impl, flows: usize| match (case, imp, flows) {
+            (Case::HClock, Impl::Sluice, 1_000) => Some(80.0),
+            (Case::HClock, Impl::Sluice, 1_000_000) => Some(100.0),
+            (Case::HClock, Impl::Baseline, 1_000_000) => Some(500.0),
+            (Case::Pfabric, Impl::Sluice, 1_000) => Some(40.0),
+            (Case::Pfabric, Impl::Sluice, 1_000_000) => Some(100.0),
+            (Case::Pfabric, Impl::Baseline, 1_000_000) => Some(290.0),
+            (Case::EiffelFig47, Impl::Sluice, 1_000) => Some(100.0),
+            (Case::EiffelFig47, Impl::Sluice, 1_000_000) => Some(150.0),
+            _ => None,
+        };
+        let lines = target_lines(&Case::ALL, cells);
+        assert_eq!(
+            lines,
+            vec![
+                "hclock        speedup 5.0x (at least 5x: met), growth 1.25x (at most 2x: met)",
+                "pfabric       speedup 2.9x (at least 3x: missed), growth 2.50x (at most 2x: missed)",
+                "eiffel_fig47  growth 1.50x (at most 2x: met)",
+            ]
+        );
+        // A run without 1e6 flows (--quick) has nothing to judge.
+        assert!(
+            target_lines(&Case::ALL, |_, _, flows| (flows < 1_000_000).then_some(1.0)).is_empty()
+        );
     }
 }
 
