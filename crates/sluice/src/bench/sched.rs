@@ -303,7 +303,6 @@ const MAX_GROWTH: f64 = 2.0;
 /// Judged on the exact ratios, and printed rounded toward failing (a speedup down, a growth
 /// up), so that a line never reads "5.00x: missed" or "4.99x: met".
 fn target_lines(cases: &[Case], ns: impl Fn(Case, Impl, usize) -> Option<f64>) -> Vec<String> {
-    let verdict = |met: bool| if met { "met" } else { "missed" };
     cases
         .iter()
         .filter_map(|&case| {
@@ -314,27 +313,29 @@ fn target_lines(cases: &[Case], ns: impl Fn(Case, Impl, usize) -> Option<f64>) -
                 at(Impl::Sluice, TARGET_FLOWS),
                 at(Impl::Baseline, TARGET_FLOWS),
             ) {
-                let got = b / s;
-                parts.push(format!(
-                    "speedup {:.2}x (at least {want:.0}x: {})",
-                    (got * 100.0).floor() / 100.0,
-                    verdict(got >= want)
-                ));
+                parts.push(judged("speedup", b / s, want, true));
             }
             if let (Some(low), Some(high)) = (
                 at(Impl::Sluice, GROWTH_FROM),
                 at(Impl::Sluice, TARGET_FLOWS),
             ) {
-                let growth = high / low;
-                parts.push(format!(
-                    "growth {:.2}x (at most {MAX_GROWTH:.0}x: {})",
-                    (growth * 100.0).ceil() / 100.0,
-                    verdict(growth <= MAX_GROWTH)
-                ));
+                parts.push(judged("growth", high / low, MAX_GROWTH, false));
             }
             (!parts.is_empty()).then(|| format!("{:<13} {}", case.name(), parts.join(", ")))
         })
         .collect()
+}
+
+/// `what 4.03x (at least 5x: missed)`: the ratio `got` against `limit` (a floor if `at_least`,
+/// else a ceiling), printed with two decimals rounded toward failing.
+fn judged(what: &str, got: f64, limit: f64, at_least: bool) -> String {
+    let (shown, met, bound) = if at_least {
+        ((got * 100.0).floor() / 100.0, got >= limit, "at least")
+    } else {
+        ((got * 100.0).ceil() / 100.0, got <= limit, "at most")
+    };
+    let verdict = if met { "met" } else { "missed" };
+    format!("{what} {shown:.2}x ({bound} {limit:.0}x: {verdict})")
 }
 
 /// Which pages the run's memory was on: 4 KiB unless glibc's allocator was told to ask for
