@@ -1,0 +1,209 @@
+//! What `sluice bench sched`'s pfabric case would cost with nothing around its queue: a
+//! scheduler written for this one workload (one pFabric leaf, two packets per flow, no
+//! classes, gates, counters or idle list), on hierarchical FFS or on the binary heap, in the
+//! same closed loop and on the same traffic.
+//!
+//! ```sh
+//! cargo build --release -p sluice-sched --example pfabric_floor --example sched_probe
+//! ./target/release/examples/pfabric_floor sluice 1000000 4000000
+//! ./target/release/examples/sched_probe pfabric sluice 1000000 4000000
+//! ```
+//!
+//! It serves every packet in the order the tree does: its checksum equals `sched_probe`'s
+//! for the same arguments (its test checks that). The difference in time between the two is
+//! what the tree's generality costs per packet, which both of the bench's implementations pay;
+//! the ratio between this probe's two queues is what the queues alone give
+//! (`docs/benchmarks.md`).
+
+use sluice_queue::{
+    BinaryHeapQueue, ConfigError, Handle, HierFfsQueue, Overflow, RangeConfig, RankQueue,
+};
+use sluice_sched::policy::compress;
+use sluice_sched::workload::{Case, LINK_BPS, PACKETS_PER_FLOW, Traffic};
+use std::time::Instant;
+
+#[derive(Clone, Copy, Default)]
+struct Rec {
+    token: u64,
+    arrival: u64,
+    remaining: u64,
+    len: u32,
+}
+
+/// A flow and its two packets (a ring of two), ranked as pFabric ranks it: `min` is the least
+/// remaining size among its packets, `at_min` how many carry it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Flow {
+    head: u8,
+    count: u8,
+    at_min: u32,
+    min: u64,
+    handle: Option<Handle>,
+    slots: [Rec; 2],
+}
+
+struct Floor<Q> {
+    queue: Q,
+    flows: Vec<Flow>,
+}
+
+impl<Q: RankQueue<u32>> Floor<Q> {
+    #[inline]
+    fn enqueue(&mut self, id: u32, rec: Rec) {
+        let f = &mut self.flows[id as usize];
+        assert!(f.count < 2, "the loop keeps two packets per flow");
+        f.slots[usize::from((f.head + f.count) & 1)] = rec;
+        f.count += 1;
+        if f.count == 1 {
+            (f.min, f.at_min) = (rec.remaining, 1);
+            f.handle = self.queue.push(compress(f.min), id).ok();
+        } else if rec.remaining < f.min {
+            let before = compress(f.min);
+            (f.min, f.at_min) = (rec.remaining, 1);
+            let rank = compress(f.min);
+            if let (Some(h), true) = (f.handle, rank != before) {
+                f.handle = self.queue.requeue(h, rank, id).ok();
+            }
+        } else if rec.remaining == f.min {
+            f.at_min += 1;
+        }
+    }
+
+    #[inline]
+    fn dequeue(&mut self) -> Option<(u32, Rec)> {
+        let first = self.queue.peek_min()?;
+        let id = first.item;
+        let f = &mut self.flows[id as usize];
+        let rec = f.slots[usize::from(f.head)];
+        f.head ^= 1;
+        f.count -= 1;
+        if rec.remaining == f.min {
+            f.at_min -= 1;
+        }
+        if f.count == 0 {
+            if let Some(h) = f.handle.take() {
+                let _ = self.queue.remove(h);
+            }
+            return Some((id, rec));
+        }
+        if f.at_min == 0 {
+            (f.min, f.at_min) = (f.slots[usize::from(f.head)].remaining, 1);
+        }
+        let rank = compress(f.min);
+        if let (Some(h), true) = (f.handle, rank != first.rank) {
+            f.handle = self.queue.requeue(h, rank, id).ok();
+        }
+        Some((id, rec))
+    }
+}
+
+/// [`sluice_sched::workload::ClosedLoop::run`] around the floor scheduler.
+#[inline(never)]
+fn run<Q: RankQueue<u32>>(s: &mut Floor<Q>, t: &Traffic, now: &mut u64, packets: u64) -> u64 {
+    let mut sum = 0u64;
+    for _ in 0..packets {
+        let Some((id, r)) = s.dequeue() else { break };
+        sum = sum.wrapping_add(r.token ^ r.arrival);
+        *now += u64::from(r.len) * 8_000_000_000 / LINK_BPS;
+        let p = t.after(r.token, PACKETS_PER_FLOW as u32);
+        let rec = Rec {
+            token: p.token,
+            arrival: *now,
+            remaining: p.fields.remaining,
+            len: p.len,
+        };
+        s.enqueue(id, rec);
+    }
+    sum
+}
+
+/// Fill, warm up with `2 * flows` packets and time `packets` more, like `sched_probe`.
+fn measure<Q: RankQueue<u32>>(queue: Q, flows: usize, packets: u64) -> (f64, u64) {
+    let t = Traffic::new(Case::Pfabric, flows);
+    let mut s = Floor {
+        queue,
+        flows: vec![Flow::default(); flows],
+    };
+    for k in 0..PACKETS_PER_FLOW as u32 {
+        for i in 0..flows as u32 {
+            let p = t.after(t.first(i).token, k);
+            let rec = Rec {
+                token: p.token,
+                arrival: 0,
+                remaining: p.fields.remaining,
+                len: p.len,
+            };
+            s.enqueue(i, rec);
+        }
+    }
+    let mut now = 0;
+    run(&mut s, &t, &mut now, 2 * flows as u64);
+    let start = Instant::now();
+    let sum = run(&mut s, &t, &mut now, packets);
+    (start.elapsed().as_nanos() as f64 / packets as f64, sum)
+}
+
+/// What `queue = "auto"` builds for pFabric: one bucket per compressed size.
+fn hffs(capacity: usize) -> Result<HierFfsQueue<u32>, ConfigError> {
+    HierFfsQueue::new(RangeConfig {
+        base: 0,
+        granularity: 1,
+        buckets: compress(u64::MAX) as usize + 1,
+        overflow: Overflow::Clamp,
+        capacity,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let imp = args.get(1).map(String::as_str);
+    let flows = args.get(2).and_then(|s| s.parse::<usize>().ok());
+    let packets = args.get(3).and_then(|s| s.parse::<u64>().ok());
+    let (Some(imp @ ("sluice" | "baseline")), Some(flows @ 1..), Some(packets)) =
+        (imp, flows, packets)
+    else {
+        eprintln!("usage: pfabric_floor sluice|baseline FLOWS PACKETS");
+        std::process::exit(2);
+    };
+    let capacity = PACKETS_PER_FLOW * flows;
+    let built = if imp == "sluice" {
+        hffs(capacity).map(|q| measure(q, flows, packets))
+    } else {
+        BinaryHeapQueue::new(capacity).map(|q| measure(q, flows, packets))
+    };
+    match built {
+        Ok((ns, sum)) => {
+            println!("pfabric floor {imp} flows={flows}: {ns:.1} ns/packet (checksum {sum:x})")
+        }
+        Err(e) => {
+            eprintln!("pfabric_floor: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_sched::workload::{CaseLoop, Impl};
+
+    /// The floor sends the tree's packets in the tree's order, on either queue: the checksum
+    /// of (token, arrival) over the timed packets matches the tree's.
+    #[test]
+    fn serves_the_same_packets_in_the_same_order_as_the_tree() {
+        let (flows, packets) = (3000, 30_000);
+        for imp in Impl::ALL {
+            let mut tree = CaseLoop::new(Case::Pfabric, imp, flows).unwrap();
+            tree.run(2 * flows as u64);
+            let want = tree.run(packets);
+            let capacity = PACKETS_PER_FLOW * flows;
+            let got = match imp {
+                Impl::Sluice => measure(hffs(capacity).unwrap(), flows, packets),
+                Impl::Baseline => measure(BinaryHeapQueue::new(capacity).unwrap(), flows, packets),
+            }
+            .1;
+            assert_eq!(got, want, "{imp:?}");
+        }
+    }
+}
