@@ -1,7 +1,7 @@
 //! What `sluice bench sched`'s pfabric case would cost with nothing around its queue: a
 //! scheduler written for this one workload (one pFabric leaf, two packets per flow, no
-//! classes, gates, counters or idle list), on hierarchical FFS or on the binary heap, in the
-//! same closed loop and on the same traffic.
+//! classes, gates, idle list or look-aheads), on hierarchical FFS or on the binary heap, in
+//! the bench's own closed loop ([`ClosedLoop`]) on the same traffic.
 //!
 //! ```sh
 //! cargo build --release -p sluice-sched --example pfabric_floor --example sched_probe
@@ -19,7 +19,8 @@ use sluice_queue::{
     BinaryHeapQueue, ConfigError, Handle, HierFfsQueue, Overflow, RangeConfig, RankQueue,
 };
 use sluice_sched::policy::compress;
-use sluice_sched::workload::{Case, LINK_BPS, PACKETS_PER_FLOW, Traffic};
+use sluice_sched::workload::{Case, ClosedLoop, PACKETS_PER_FLOW, Sched, Traffic};
+use sluice_sched::{Dequeued, Packet};
 use std::time::Instant;
 
 #[derive(Clone, Copy, Default)]
@@ -35,6 +36,7 @@ struct Rec {
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct Flow {
+    key: u64,
     head: u8,
     count: u8,
     at_min: u32,
@@ -46,15 +48,28 @@ struct Flow {
 struct Floor<Q> {
     queue: Q,
     flows: Vec<Flow>,
+    held: usize,
+    sent: u64,
 }
 
-impl<Q: RankQueue<u32>> Floor<Q> {
+impl<Q: RankQueue<u32>> Sched for Floor<Q> {
+    /// The flow is the packet's flow id when the loop gives it back, else its index in the
+    /// traffic (the token's low half), which is where the loop's first packets start.
     #[inline]
-    fn enqueue(&mut self, id: u32, rec: Rec) {
+    fn enqueue(&mut self, now: u64, p: &Packet) -> bool {
+        let id = p.flow_id.unwrap_or(p.token as u32);
         let f = &mut self.flows[id as usize];
         assert!(f.count < 2, "the loop keeps two packets per flow");
+        let rec = Rec {
+            token: p.token,
+            arrival: now,
+            remaining: p.fields.remaining,
+            len: p.len,
+        };
+        f.key = p.flow;
         f.slots[usize::from((f.head + f.count) & 1)] = rec;
         f.count += 1;
+        self.held += 1;
         if f.count == 1 {
             (f.min, f.at_min) = (rec.remaining, 1);
             f.handle = self.queue.push(compress(f.min), id).ok();
@@ -68,16 +83,19 @@ impl<Q: RankQueue<u32>> Floor<Q> {
         } else if rec.remaining == f.min {
             f.at_min += 1;
         }
+        true
     }
 
     #[inline]
-    fn dequeue(&mut self) -> Option<(u32, Rec)> {
+    fn dequeue(&mut self, _now: u64) -> Option<Dequeued> {
         let first = self.queue.peek_min()?;
         let id = first.item;
         let f = &mut self.flows[id as usize];
         let rec = f.slots[usize::from(f.head)];
         f.head ^= 1;
         f.count -= 1;
+        self.held -= 1;
+        self.sent += 1;
         if rec.remaining == f.min {
             f.at_min -= 1;
         }
@@ -85,63 +103,58 @@ impl<Q: RankQueue<u32>> Floor<Q> {
             if let Some(h) = f.handle.take() {
                 let _ = self.queue.remove(h);
             }
-            return Some((id, rec));
+        } else {
+            if f.at_min == 0 {
+                (f.min, f.at_min) = (f.slots[usize::from(f.head)].remaining, 1);
+            }
+            let rank = compress(f.min);
+            if let (Some(h), true) = (f.handle, rank != first.rank) {
+                f.handle = self.queue.requeue(h, rank, id).ok();
+            }
         }
-        if f.at_min == 0 {
-            (f.min, f.at_min) = (f.slots[usize::from(f.head)].remaining, 1);
-        }
-        let rank = compress(f.min);
-        if let (Some(h), true) = (f.handle, rank != first.rank) {
-            f.handle = self.queue.requeue(h, rank, id).ok();
-        }
-        Some((id, rec))
+        Some(Dequeued {
+            token: rec.token,
+            len: rec.len,
+            flow: f.key,
+            flow_id: id,
+            leaf: 0,
+            arrival: rec.arrival,
+        })
+    }
+
+    fn next_event(&self, now: u64) -> Option<u64> {
+        (self.held > 0).then_some(now)
+    }
+    fn held(&self) -> usize {
+        self.held
+    }
+    fn dequeued(&self) -> u64 {
+        self.sent
+    }
+    fn rejected(&self) -> u64 {
+        0
+    }
+    fn clamped(&self) -> u64 {
+        0
     }
 }
 
-/// [`sluice_sched::workload::ClosedLoop::run`] around the floor scheduler.
-#[inline(never)]
-fn run<Q: RankQueue<u32>>(s: &mut Floor<Q>, t: &Traffic, now: &mut u64, packets: u64) -> u64 {
-    let mut sum = 0u64;
-    for _ in 0..packets {
-        let Some((id, r)) = s.dequeue() else { break };
-        sum = sum.wrapping_add(r.token ^ r.arrival);
-        *now += u64::from(r.len) * 8_000_000_000 / LINK_BPS;
-        let p = t.after(r.token, PACKETS_PER_FLOW as u32);
-        let rec = Rec {
-            token: p.token,
-            arrival: *now,
-            remaining: p.fields.remaining,
-            len: p.len,
-        };
-        s.enqueue(id, rec);
-    }
-    sum
-}
-
-/// Fill, warm up with `2 * flows` packets and time `packets` more, like `sched_probe`.
+/// Fill, warm up with `2 * flows` packets and time `packets` more, like `sched_probe`: the
+/// time per packet and the loop's checksum.
 fn measure<Q: RankQueue<u32>>(queue: Q, flows: usize, packets: u64) -> (f64, u64) {
-    let t = Traffic::new(Case::Pfabric, flows);
-    let mut s = Floor {
+    let floor = Floor {
         queue,
         flows: vec![Flow::default(); flows],
+        held: 0,
+        sent: 0,
     };
-    for k in 0..PACKETS_PER_FLOW as u32 {
-        for i in 0..flows as u32 {
-            let p = t.after(t.first(i).token, k);
-            let rec = Rec {
-                token: p.token,
-                arrival: 0,
-                remaining: p.fields.remaining,
-                len: p.len,
-            };
-            s.enqueue(i, rec);
-        }
-    }
-    let mut now = 0;
-    run(&mut s, &t, &mut now, 2 * flows as u64);
+    let mut l = ClosedLoop::new(floor, Traffic::new(Case::Pfabric, flows));
+    l.run(2 * flows as u64);
     let start = Instant::now();
-    let sum = run(&mut s, &t, &mut now, packets);
-    (start.elapsed().as_nanos() as f64 / packets as f64, sum)
+    let sum = l.run(packets);
+    let ns = start.elapsed().as_nanos() as f64 / packets as f64;
+    assert_eq!(l.verify(), Ok(()));
+    (ns, sum)
 }
 
 /// What `queue = "auto"` builds for pFabric: one bucket per compressed size.
@@ -160,7 +173,7 @@ fn main() {
     let imp = args.get(1).map(String::as_str);
     let flows = args.get(2).and_then(|s| s.parse::<usize>().ok());
     let packets = args.get(3).and_then(|s| s.parse::<u64>().ok());
-    let (Some(imp @ ("sluice" | "baseline")), Some(flows @ 1..), Some(packets)) =
+    let (Some(imp @ ("sluice" | "baseline")), Some(flows @ 1..), Some(packets @ 1..)) =
         (imp, flows, packets)
     else {
         eprintln!("usage: pfabric_floor sluice|baseline FLOWS PACKETS");
