@@ -39,7 +39,7 @@
 //! reserved for the configured capacities. Time is passed in; nothing reads a clock.
 
 use crate::classify::Classifier;
-use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, inline_flow, rec_of, record};
+use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
 use crate::gate::{Gate, GateLine};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
@@ -859,11 +859,7 @@ impl Scheduler {
     /// The record of queued packet `pkt`, in its flow's slots or in the slab.
     #[inline]
     fn rec(&self, pkt: u32) -> &Rec {
-        if pkt & INLINE != 0 {
-            &self.flows.flows[inline_flow(pkt)].slots[(pkt & 1) as usize]
-        } else {
-            &self.packets.items[pkt as usize]
-        }
+        rec_of(&self.flows.flows, &self.packets.items, pkt).expect("a queued packet has a record")
     }
 
     /// Free the record of packet `pkt` of flow `flow`.
