@@ -573,7 +573,11 @@ impl Datapath {
                 sluice_sched::policy::MAX_WEIGHT
             ));
         }
-        self.links[l].pipeline.scheduler_mut().set_weight(n, weight);
+        if !self.links[l].pipeline.scheduler_mut().set_weight(n, weight) {
+            return Err(format!(
+                "`{node}` is the root of its policy: it has no parent to be weighed in"
+            ));
+        }
         Ok(())
     }
 
@@ -764,6 +768,20 @@ mod tests {
 
     const FIFO: &str =
         "[scheduler]\ndefault = \"q\"\n\n[[node]]\nname = \"q\"\npolicy = \"fifo\"\n";
+
+    /// The control socket's `set_weight` names a class; the root of a policy with classes
+    /// has no weight, and saying so beats changing a child's weight in its place.
+    #[test]
+    fn set_weight_changes_a_class_and_refuses_an_internal_root() {
+        let policy = "[scheduler]\ndefault = \"a\"\n\n[[node]]\nname = \"root\"\n\
+                      policy = \"wfq\"\n\n[[node]]\nname = \"a\"\nparent = \"root\"\n\
+                      policy = \"fifo\"\n";
+        let (mut dp, _) = scripted(Vec::new(), policy, 4 << 20);
+        assert_eq!(dp.set_weight("a", "a", 4), Ok(()));
+        let err = dp.set_weight("a", "root", 4).unwrap_err();
+        assert!(err.contains("`root` is the root"), "{err}");
+        assert!(dp.set_weight("a", "a", 0).is_err());
+    }
 
     #[test]
     fn small_and_large_frames_leave_byte_for_byte_in_order() {

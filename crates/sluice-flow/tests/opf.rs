@@ -290,10 +290,25 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     assert!(!rx.is_paused(FLOW, t0 + opf.pause_ns()));
     assert!(rx.apply_rate(&mut sched, leaf, FLOW));
     assert!(sched.flow_next_release(leaf, FLOW).is_some());
-    // Lifting the limit removes the flow's gate.
+    // Packets that come while the limit holds wait at the flow's gate, one in the shaper.
+    let at = |token| Packet { token, ..pkt };
+    for token in 2..5 {
+        sched.enqueue(t0, &at(token)).unwrap();
+    }
+    assert_eq!(sched.shaped(), 1);
+    // Lifting the limit removes the flow's gate; the packets waiting at it still leave first,
+    // in order, and the flow's next packet after them.
     assert!(rx.lift(FLOW));
     assert!(rx.apply_rate(&mut sched, leaf, FLOW));
     assert_eq!(sched.flow_next_release(leaf, FLOW), None);
+    sched.enqueue(t0, &at(5)).unwrap();
+    let mut now = t0;
+    let mut order = Vec::new();
+    while let Some(t) = sched.next_event(now) {
+        now = now.max(t);
+        order.extend(sched.dequeue(now).map(|d| d.token));
+    }
+    assert_eq!(order, [1, 2, 3, 4, 5]);
     // A flow the scheduler has not seen: reported, harmless.
     rx.add_flow(5);
     assert!(!rx.apply_rate(&mut sched, leaf, 5));

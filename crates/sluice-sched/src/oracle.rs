@@ -451,6 +451,64 @@ impl OracleTree {
         ready_at.map(|t| t.max(link_free).max(now))
     }
 
+    /// Change a node's rate limit and burst, or remove it (same contract as
+    /// [`crate::Scheduler::set_rate`]).
+    pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
+        let gate = &mut self.nodes[n as usize].gate;
+        *gate = rate.map(|r| match *gate {
+            Some(mut g) => {
+                g.set_rate(r);
+                g.set_burst(burst);
+                g
+            }
+            None => Gate::new(r, burst),
+        });
+    }
+
+    /// Change a node's weight in its parent, or a root leaf's flows' (same contract as
+    /// [`crate::Scheduler::set_weight`]).
+    pub fn set_weight(&mut self, n: NodeId, weight: u32) -> bool {
+        let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
+        self.cfg_of(n).map(|c| c.weight = weight).is_some()
+    }
+
+    /// Change a node's reservation in its parent, or a root leaf's flows' (same contract as
+    /// [`crate::Scheduler::set_reservation`]).
+    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
+        self.cfg_of(n).map(|c| c.reservation = rate).is_some()
+    }
+
+    fn cfg_of(&mut self, n: NodeId) -> Option<&mut MemberCfg> {
+        let (parent, slot, leaf) = {
+            let node = &self.nodes[n as usize];
+            (node.parent, node.slot as usize, node.leaf)
+        };
+        match parent {
+            Some(p) => Some(&mut self.nodes[p as usize].member_cfg[slot]),
+            None if leaf => Some(&mut self.nodes[n as usize].member_cfg[0]),
+            None => None,
+        }
+    }
+
+    /// Change the pacing rate of flow `key` in `leaf` (same contract as
+    /// [`crate::Scheduler::set_flow_rate`]): a new gate gets the leaf's flow burst, an
+    /// existing one keeps its own.
+    pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+        let Some(&id) = self.by_key.get(&(key, leaf)) else {
+            return false;
+        };
+        let burst = self.nodes[leaf as usize].flow_rate.map_or(0, |(_, b)| b);
+        let gate = &mut self.flows[id as usize].gate;
+        *gate = rate.map(|r| match *gate {
+            Some(mut g) => {
+                g.set_rate(r);
+                g
+            }
+            None => Gate::new(r, burst),
+        });
+        true
+    }
+
     /// The key model of node `n`'s first queue (for tests).
     pub fn model(&self, n: NodeId) -> KeyModel {
         self.nodes[n as usize].pifos[0].model()
@@ -458,17 +516,18 @@ impl OracleTree {
 }
 
 /// A packet reaches a gate: `None` passes, `Some(None)` waits in line, `Some(Some(t))` goes
-/// to the shaper until `t` as the gate's packet in flight.
+/// to the shaper until `t` as the gate's packet in flight. A line keeps its order when its
+/// gate loses its rate: newcomers wait behind it until it has drained.
 fn arrive_at_gate(
     gate: Option<&mut Gate>,
     line: &mut Line,
     len: u32,
     now: u64,
 ) -> Option<Option<u64>> {
-    let gate = gate?;
     if line.in_flight || !line.waiting.is_empty() {
         return Some(None);
     }
+    let gate = gate?;
     let t = gate.stamp(now, len);
     if t <= now {
         return None;

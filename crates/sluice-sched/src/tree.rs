@@ -509,10 +509,11 @@ impl Scheduler {
         self.held += 1;
         f.queued += 1;
         // The flow's gate: the packet passes, waits in the shaper as the gate's packet in
-        // flight, or waits behind it.
+        // flight, or waits behind it. Packets already waiting go first, even if the gate's rate
+        // was removed since (`set_flow_rate`): they pass when the one in flight is released.
         let verdict = match f.gate.as_mut() {
+            _ if f.gate_next != NIL => Verdict::Hold,
             None => Verdict::Pass,
-            Some(_) if f.gate_next != NIL => Verdict::Hold,
             Some(g) => match g.stamp(now, p.len) {
                 t if t <= now => Verdict::Pass,
                 t => Verdict::Park(t),
@@ -547,12 +548,13 @@ impl Scheduler {
     /// (then it is the line's one packet in flight)?
     fn at_gate(&mut self, n: NodeId, len: u32, now: u64) -> Verdict {
         let node = &mut self.nodes[n as usize];
-        let Some(gate) = node.gate.as_mut() else {
-            return Verdict::Pass;
-        };
+        // Behind the packets already waiting, even if the rate was removed since (`set_rate`).
         if !node.line.is_idle() {
             return Verdict::Hold;
         }
+        let Some(gate) = node.gate.as_mut() else {
+            return Verdict::Pass;
+        };
         let t = gate.stamp(now, len);
         if t <= now {
             return Verdict::Pass;
@@ -697,7 +699,7 @@ impl Scheduler {
                 return;
             };
             let slot = node.slot;
-            if node.gate.is_some() {
+            if node.gate.is_some() || !node.line.is_idle() {
                 match self.at_gate(n, meta.len, now) {
                     Verdict::Pass => {}
                     Verdict::Hold => {
@@ -1084,7 +1086,10 @@ impl Scheduler {
         }
     }
 
-    /// Change a node's rate limit (`None` removes it) and burst, at run time.
+    /// Change a node's rate limit (`None` removes it) and burst, at run time. Packets waiting
+    /// at the gate keep their place: they pass when the one in the shaper is released (stamped
+    /// at the new rate, or at once without one), and packets that arrive meanwhile wait behind
+    /// them.
     pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
         let node = &mut self.nodes[n as usize];
         node.gate = match (node.gate, rate) {
@@ -1108,28 +1113,41 @@ impl Scheduler {
         self.nodes[n as usize].gate.map_or(0, |g| g.burst())
     }
 
-    /// Change a child's weight in its parent (or, on a leaf, its flows' weight) at run time.
-    pub fn set_weight(&mut self, n: NodeId, weight: u32) {
+    /// Change node `n`'s weight in its parent at run time; on a root that is a leaf, the
+    /// weight of its flows (one configuration serves all of them). The weight is clamped to
+    /// `1..=MAX_WEIGHT`. False, and nothing changed, for an internal root: it has no parent to
+    /// be weighed in.
+    pub fn set_weight(&mut self, n: NodeId, weight: u32) -> bool {
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        self.member_cfg_mut(n).weight = weight;
+        self.member_cfg_mut(n).map(|c| c.weight = weight).is_some()
     }
 
-    /// Change a child's reservation (hClock) or guaranteed rate (HTB) at run time.
-    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) {
-        self.member_cfg_mut(n).reservation = rate;
+    /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
+    /// time; on a root that is a leaf, its flows'. False, and nothing changed, for an internal
+    /// root.
+    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
+        self.member_cfg_mut(n)
+            .map(|c| c.reservation = rate)
+            .is_some()
     }
 
-    fn member_cfg_mut(&mut self, n: NodeId) -> &mut MemberCfg {
-        match self.nodes[n as usize].parent {
+    /// The configuration node `n` is ranked by: its own in its parent, or for a root that is a
+    /// leaf the one its flows share (an internal node's list is its children's).
+    fn member_cfg_mut(&mut self, n: NodeId) -> Option<&mut MemberCfg> {
+        let node = &self.nodes[n as usize];
+        match node.parent {
             Some(p) => {
-                let slot = self.nodes[n as usize].slot as usize;
-                &mut self.nodes[p as usize].member_cfg[slot]
+                let slot = node.slot as usize;
+                Some(&mut self.nodes[p as usize].member_cfg[slot])
             }
-            None => &mut self.nodes[0].member_cfg[0],
+            None if node.leaf => Some(&mut self.nodes[n as usize].member_cfg[0]),
+            None => None,
         }
     }
 
-    /// Change the pacing rate of the flow `key` in leaf `leaf`; false if no such flow.
+    /// Change the pacing rate of the flow `key` in leaf `leaf` (`None` removes it); false if no
+    /// such flow. As with [`Scheduler::set_rate`], the flow's packets waiting at its gate keep
+    /// their order and its next packets wait behind them.
     pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
         let Some(id) = self.flows.find(key, leaf) else {
             return false;

@@ -9,7 +9,8 @@ use sluice_queue::QueueKind;
 use sluice_sched::classify::Match;
 use sluice_sched::oracle::OracleTree;
 use sluice_sched::{
-    Fields, NodeSpec, Packet, PolicyKind, QueueChoice, Rate, SchedConfig, ShaperConfig, TreeBuilder,
+    Fields, NodeId, NodeSpec, Packet, PolicyKind, QueueChoice, Rate, SchedConfig, ShaperConfig,
+    TreeBuilder,
 };
 
 /// Queue structures the oracle models exactly (the approximate ones are tested elsewhere).
@@ -126,6 +127,55 @@ enum Op {
     },
     Dequeue,
     Advance(u64),
+    /// Run-time changes: node `node % nodes`'s rate limit (`None` removes it), its weight or
+    /// reservation in its parent, or the pacing rate of flow `flow` in the leaf `class` maps to.
+    SetRate {
+        node: usize,
+        rate_kbit: Option<u64>,
+        burst: u64,
+    },
+    SetWeight {
+        node: usize,
+        weight: u32,
+    },
+    SetReservation {
+        node: usize,
+        rate_kbit: Option<u64>,
+    },
+    SetFlowRate {
+        class: u32,
+        flow: u64,
+        rate_kbit: Option<u64>,
+    },
+}
+
+/// A rate of 500 kbit/s to 100 Mbit/s, or none (`weight` in 10 of removing it).
+fn maybe_rate(some: u32) -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![some => (500u64..100_000).prop_map(Some), 10 - some => Just(None)]
+}
+
+/// One run-time change, for [`op`].
+fn change() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (
+            any::<usize>(),
+            maybe_rate(6),
+            prop_oneof![Just(0u64), 1500u64..20_000]
+        )
+            .prop_map(|(node, rate_kbit, burst)| Op::SetRate {
+                node,
+                rate_kbit,
+                burst
+            }),
+        (any::<usize>(), 0u32..8).prop_map(|(node, weight)| Op::SetWeight { node, weight }),
+        (any::<usize>(), maybe_rate(7))
+            .prop_map(|(node, rate_kbit)| Op::SetReservation { node, rate_kbit }),
+        (0u32..8, 0u64..12, maybe_rate(5)).prop_map(|(class, flow, rate_kbit)| Op::SetFlowRate {
+            class,
+            flow,
+            rate_kbit
+        }),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -134,6 +184,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(class, flow, len, priority, deadline, slack, remaining, pacing_kbit)| Op::Enqueue { class, flow, len, priority, deadline, slack, remaining, pacing_kbit }),
         5 => Just(Op::Dequeue),
         2 => (0u64..2_000_000).prop_map(Op::Advance),
+        1 => change(),
     ]
 }
 
@@ -259,6 +310,44 @@ fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseErro
                 prop_assert_eq!(a, o, "step {}: dequeue at {}", step, now);
             }
             Op::Advance(dt) => now += dt,
+            Op::SetRate {
+                node,
+                rate_kbit,
+                burst,
+            } => {
+                let n = (node % fast.node_count()) as NodeId;
+                fast.set_rate(n, rate_kbit.map(kbit), burst);
+                slow.set_rate(n, rate_kbit.map(kbit), burst);
+            }
+            Op::SetWeight { node, weight } => {
+                let n = (node % fast.node_count()) as NodeId;
+                let (a, o) = (fast.set_weight(n, weight), slow.set_weight(n, weight));
+                prop_assert_eq!(a, o, "step {}: set_weight", step);
+            }
+            Op::SetReservation { node, rate_kbit } => {
+                let n = (node % fast.node_count()) as NodeId;
+                let r = rate_kbit.map(kbit);
+                let (a, o) = (fast.set_reservation(n, r), slow.set_reservation(n, r));
+                prop_assert_eq!(a, o, "step {}: set_reservation", step);
+            }
+            Op::SetFlowRate {
+                class,
+                flow,
+                rate_kbit,
+            } => {
+                let probe = Packet {
+                    class: Some(class),
+                    ..Packet::default()
+                };
+                if let Some(leaf) = fast.classify(&probe) {
+                    let r = rate_kbit.map(kbit);
+                    let (a, o) = (
+                        fast.set_flow_rate(leaf, flow, r),
+                        slow.set_flow_rate(leaf, flow, r),
+                    );
+                    prop_assert_eq!(a, o, "step {}: set_flow_rate", step);
+                }
+            }
         }
         prop_assert_eq!(fast.len(), slow.len(), "step {}: held", step);
         prop_assert_eq!(

@@ -817,6 +817,103 @@ fn rates_and_weights_change_at_run_time() {
     assert_eq!((s.rate(0), s.burst(0)), (None, 0), "no limit, no burst");
 }
 
+/// Send everything `s` holds, from `now` on, as fast as it releases: the tokens in order.
+fn drain(s: &mut Scheduler, mut now: u64) -> Vec<u64> {
+    let mut sent = Vec::new();
+    while let Some(t) = s.next_event(now) {
+        now = now.max(t);
+        if let Some(d) = s.dequeue(now) {
+            sent.push(d.token);
+        }
+    }
+    sent
+}
+
+/// A flow's pacing rate removed at run time (an overlay pause frame lifted, `set_flow_rate`)
+/// while its packets wait at its gate, one of them in the shaper: they still leave first and
+/// in order, and the flow's next packet waits behind them. (It used to pass them: reordered at
+/// a per-packet leaf, and at a per-flow leaf a panic once the flow was served.)
+#[test]
+fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
+    for policy in [PolicyKind::Fifo, PolicyKind::Fq, PolicyKind::Pfabric] {
+        let mut b = TreeBuilder::new(cfg(64));
+        let mut spec = NodeSpec::new("leaf", policy);
+        spec.flow_rate = Some(Rate::mbit(10));
+        let leaf = b.root(spec);
+        b.default_leaf(leaf);
+        let mut s = b.build().unwrap();
+        for token in 0..3 {
+            s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
+        }
+        assert_eq!(
+            s.shaped(),
+            1,
+            "{policy:?}: the second packet is in the shaper"
+        );
+        assert!(s.set_flow_rate(leaf, 7, None));
+        s.enqueue(S, &packet(3, 0, 7, 1500)).unwrap();
+        assert_eq!(drain(&mut s, S), [0, 1, 2, 3], "{policy:?}");
+        s.check();
+        // Without a gate and without a line, packets pass at once.
+        s.enqueue(S + S, &packet(4, 0, 7, 1500)).unwrap();
+        s.enqueue(S + S, &packet(5, 0, 7, 1500)).unwrap();
+        assert_eq!(s.shaped(), 0, "{policy:?}");
+        assert_eq!(drain(&mut s, S + S), [4, 5], "{policy:?}");
+    }
+}
+
+/// The same for a node's rate limit removed while packets wait at its gate: they reach the
+/// parent first, when the one in the shaper is released, and a newcomer behind them.
+#[test]
+fn a_node_gate_removed_at_run_time_lets_its_line_leave_first() {
+    let mut b = TreeBuilder::new(cfg(64));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+    let a = b.child(
+        root,
+        NodeSpec::new("a", PolicyKind::Fifo).rate(Rate::mbit(10), 0),
+    );
+    let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo));
+    b.rule(vec![Match::Class(0)], a);
+    b.default_leaf(c);
+    let mut s = b.build().unwrap();
+    for token in 0..3 {
+        s.enqueue(S, &packet(token, 0, token, 1500)).unwrap();
+    }
+    assert_eq!(s.shaped(), 1);
+    s.set_rate(a, None, 0);
+    s.enqueue(S, &packet(3, 1, 9, 1500)).unwrap();
+    s.enqueue(S, &packet(4, 0, 4, 1500)).unwrap();
+    // `c`'s packet passes at once; `a`'s newcomer waits behind `a`'s line.
+    let now: Vec<u64> = std::iter::from_fn(|| s.dequeue(S).map(|d| d.token)).collect();
+    assert_eq!(now, [0, 3]);
+    assert!(
+        s.next_event(S).unwrap() > S,
+        "a's line waits for the shaper"
+    );
+    assert_eq!(drain(&mut s, S), [1, 2, 4]);
+    s.check();
+}
+
+/// Weights and reservations belong to a node's place in its parent; a root that is a leaf
+/// has its flows' instead, and an internal root has none to change.
+#[test]
+fn only_an_internal_root_has_no_weight_to_change() {
+    let mut b = TreeBuilder::new(cfg(64));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
+    let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+    b.default_leaf(a);
+    let mut s = b.build().unwrap();
+    assert!(!s.set_weight(root, 5));
+    assert!(!s.set_reservation(root, Some(Rate::mbit(1))));
+    assert!(s.set_weight(a, 5));
+    assert!(s.set_reservation(a, Some(Rate::mbit(1))));
+    let mut b = TreeBuilder::new(cfg(64));
+    let root = b.root(NodeSpec::new("flows", PolicyKind::Wfq));
+    b.default_leaf(root);
+    let mut s = b.build().unwrap();
+    assert!(s.set_weight(root, 5));
+}
+
 /// A root rate limit over a policy that reorders (fq across flows), packets of very different
 /// sizes (1.5 KB to 64 KB, like GSO super-frames): every 100 ms window carries the rate
 /// within the burst and one packet, and no window of any length carries more than
