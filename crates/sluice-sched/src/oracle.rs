@@ -7,8 +7,8 @@
 //! re-ranked on arrival and service), dual queues, and gates whose waiting packets sit in one
 //! shaper.
 //!
-//! It is written for obviousness, not speed: flows are a `HashMap` of `VecDeque`s and are never
-//! reclaimed, every PIFO is [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks
+//! It is written for obviousness, not speed: flows are a `HashMap` of `VecDeque`s (a full table
+//! reclaims the flow that went idle first, found in a plain list), every PIFO is [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks
 //! exactly as the node's real queue would (its [`KeyModel`]), and nothing is shared with
 //! [`crate::tree`] except the rank arithmetic it is meant to check the structures against: the
 //! policies, the gates and the classifier. A differential test runs both on the same packets and
@@ -35,6 +35,8 @@ struct OMember {
 struct OFlow {
     key: u64,
     leaf: NodeId,
+    /// Packets of the flow anywhere in the tree; 0: idle, and reclaimable.
+    queued: u32,
     /// Packets of a per-member leaf, in order.
     fifo: VecDeque<Meta>,
     member: OMember,
@@ -78,6 +80,10 @@ pub struct OracleTree {
     classifier: Classifier,
     flows: Vec<OFlow>,
     by_key: HashMap<(u64, NodeId), u32>,
+    /// Most flows at once; a new flow beyond them takes the place of the one idle longest.
+    flow_capacity: usize,
+    /// Idle flows, the one idle longest first.
+    idle: VecDeque<u32>,
     /// Packets by id (per-packet leaves reference them; per-member leaves keep them in FIFOs).
     packets: Vec<Meta>,
     waits: Vec<Wait>,
@@ -139,6 +145,8 @@ impl OracleTree {
             classifier: plan.classifier,
             flows: Vec::new(),
             by_key: HashMap::new(),
+            flow_capacity: plan.flows,
+            idle: VecDeque::new(),
             packets: Vec::new(),
             waits: Vec::new(),
             shaper: Oracle::new(model, usize::MAX),
@@ -160,7 +168,7 @@ impl OracleTree {
         self.held == 0
     }
 
-    /// Offer a packet (same contract as [`crate::Scheduler::enqueue`], without flow reclaim).
+    /// Offer a packet (same contract as [`crate::Scheduler::enqueue`]).
     pub fn enqueue(&mut self, now: u64, p: &Packet) -> Result<(), RejectReason> {
         if p.len == 0 {
             return Err(RejectReason::ZeroLength);
@@ -171,7 +179,10 @@ impl OracleTree {
         }
         self.release_due(now);
         let id = match self.by_key.get(&(p.flow, leaf)) {
-            Some(&id) => id,
+            Some(&id) => {
+                self.idle.retain(|&i| i != id);
+                id
+            }
             None => {
                 let own = Rate::new(p.fields.pacing_bps);
                 let lr = self.nodes[leaf as usize].flow_rate;
@@ -180,17 +191,27 @@ impl OracleTree {
                     (None, Some((r, b))) => Some(Gate::new(r, b)),
                     (None, None) => None,
                 };
-                self.flows.push(OFlow {
+                let fresh = OFlow {
                     key: p.flow,
                     leaf,
+                    queued: 0,
                     fifo: VecDeque::new(),
                     member: OMember::default(),
                     gate,
                     line: Line::default(),
-                });
-                self.by_key
-                    .insert((p.flow, leaf), (self.flows.len() - 1) as u32);
-                (self.flows.len() - 1) as u32
+                };
+                let id = if self.flows.len() < self.flow_capacity {
+                    self.flows.push(fresh);
+                    (self.flows.len() - 1) as u32
+                } else {
+                    let id = self.idle.pop_front().ok_or(RejectReason::FlowTableFull)?;
+                    let old = &self.flows[id as usize];
+                    self.by_key.remove(&(old.key, old.leaf));
+                    self.flows[id as usize] = fresh;
+                    id
+                };
+                self.by_key.insert((p.flow, leaf), id);
+                id
             }
         };
         let meta = Meta::new(p, id, now);
@@ -205,11 +226,15 @@ impl OracleTree {
             ) {
                 let t = g.peek(now, p.len);
                 if t > now && t - now >= self.horizon_ns {
+                    if f.queued == 0 {
+                        self.idle.push_back(id);
+                    }
                     return Err(RejectReason::BeyondHorizon);
                 }
             }
         }
         self.held += 1;
+        self.flows[id as usize].queued += 1;
         self.packets.push(meta);
         let pkt = (self.packets.len() - 1) as u32;
         if self.nodes[leaf as usize].mode == Mode::PerMember {
@@ -429,6 +454,11 @@ impl OracleTree {
             g.stamp(now, meta.len);
         }
         self.held -= 1;
+        let f = &mut self.flows[meta.flow as usize];
+        f.queued -= 1;
+        if f.queued == 0 {
+            self.idle.push_back(meta.flow);
+        }
         let f = &self.flows[meta.flow as usize];
         Some(Dequeued {
             token: meta.token,

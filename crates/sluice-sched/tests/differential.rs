@@ -192,8 +192,9 @@ fn kbit(k: u64) -> Rate {
     Rate::from_bps(k * 1000).expect("positive rate")
 }
 
-/// Build the tree described by `gens` (node i's parent is some node before it).
-fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
+/// Build the tree described by `gens` (node i's parent is some node before it), holding at
+/// most `capacity` packets and `flows` flows.
+fn tree(gens: &[NodeGen], capacity: usize, flows: usize) -> TreeBuilder {
     let n = gens.len();
     let parents: Vec<Option<usize>> = (0..n)
         .map(|i| (i > 0).then(|| gens[i].parent % i))
@@ -201,7 +202,7 @@ fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
     let is_leaf: Vec<bool> = (0..n).map(|i| !parents.contains(&Some(i))).collect();
     let cfg = SchedConfig {
         capacity,
-        flows: 1000,
+        flows,
         max_packet: 9000,
         shaper: ShaperConfig {
             slots: 4096,
@@ -251,8 +252,8 @@ fn tree(gens: &[NodeGen], capacity: usize) -> TreeBuilder {
     b
 }
 
-fn run(gens: &[NodeGen], capacity: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let b = tree(gens, capacity);
+fn run(gens: &[NodeGen], capacity: usize, flows: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let b = tree(gens, capacity, flows);
     let mut fast = b.build().expect("valid tree");
     let mut slow = OracleTree::new(&b).expect("modelled tree");
     let mut now = 1_000_000_000u64;
@@ -378,9 +379,11 @@ proptest! {
     fn scheduler_matches_the_oracle(
         gens in prop::collection::vec(node_gen(), 1..7),
         capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
+        // Few flows: a full table reclaims the flow idle longest, or rejects a new one.
+        flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        run(&gens, capacity, &ops)?;
+        run(&gens, capacity, flows, &ops)?;
     }
 }
 
@@ -426,7 +429,7 @@ fn every_policy_on_every_structure() {
                         _ => Op::Advance(pick(300_000)),
                     })
                     .collect();
-                if let Err(e) = run(&gens, 10_000, &ops) {
+                if let Err(e) = run(&gens, 10_000, 1000, &ops) {
                     panic!(
                         "leaf {:?} under {:?} on {:?}: {e}",
                         LEAF[li], INTERNAL[ii], KINDS[ki]
@@ -460,7 +463,7 @@ fn auto_queues_deliver_every_packet_exactly_once() {
                 flow_rate_kbit: (rng.next_u64() % 4 == 0).then(|| 1000 + rng.next_u64() % 50_000),
             })
             .collect();
-        let mut b = tree(&gens, 512);
+        let mut b = tree(&gens, 512, 1000);
         // Back to `auto` everywhere: rebuild the same tree with default queue choices.
         let mut auto = TreeBuilder::new(SchedConfig {
             capacity: 512,
