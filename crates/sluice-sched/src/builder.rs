@@ -219,6 +219,13 @@ pub enum BuildError {
     /// The shaper cannot be built.
     #[error("shaper: {0}")]
     Shaper(ConfigError),
+    /// The shaper's structure has a fixed range of ranks: release times, which grow without
+    /// bound, would soon all fall beyond it and leave at once.
+    #[error(
+        "shaper: `{0}` has a fixed range of ranks, and release times outgrow any fixed range \
+         (past it every packet would leave at once)"
+    )]
+    ShaperRange(QueueKind),
     /// The packet, flow or record tables cannot be reserved.
     #[error("cannot reserve memory for {0} packets and flows; lower `capacity` or `flows`")]
     OutOfMemory(usize),
@@ -457,13 +464,18 @@ impl TreeBuilder {
             });
         }
         let s = self.cfg.shaper;
+        if !s.kind.moving_range() && !s.kind.exact() {
+            return Err(BuildError::ShaperRange(s.kind));
+        }
         let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;
-        let horizon_ns = if s.kind == QueueKind::TimingWheel {
-            s.horizon_ns().max(1)
-        } else {
+        // A moving range holds `slots * slot_ns` ahead of the present (a circular queue twice
+        // that from its base, which never passes the present); an exact structure, any time.
+        let horizon_ns = if s.kind.exact() {
             u64::MAX
+        } else {
+            s.horizon_ns().max(1)
         };
         Ok(Plan {
             nodes,

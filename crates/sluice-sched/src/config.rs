@@ -25,7 +25,7 @@
 //! slot = "1024ns"             # duration (units ns, us, ms, s)
 //! horizon = "1s"              # duration; slots = ceil(horizon / slot), 1..=2^24 of them
 //! beyond_horizon = "clamp"    # or "reject"
-//! queue = "timing_wheel"      # a queue kind name
+//! queue = "timing_wheel"      # a moving-range or exact queue kind (not a fixed range)
 //!
 //! [[node]]
 //! name = "root"               # required, unique
@@ -963,6 +963,15 @@ impl Ctx<'_> {
                 e.to_string(),
                 "a `[shaper]` whose `slot` and `horizon` the queue kind can hold",
             ),
+            BuildError::ShaperRange(_) => self.err(
+                raw.shaper
+                    .as_ref()
+                    .and_then(|s| s.get_ref().queue.as_ref().map(|q| q.span()))
+                    .unwrap_or(whole_file),
+                e.to_string(),
+                "a shaper `queue` with a moving range (timing_wheel, cffs, circular_approx) or \
+                 an exact one (binary_heap, btree, skiplist)",
+            ),
             BuildError::DuplicateName(ref n) => self.err(
                 node(n).map_or(whole_file, |d| d.name_span.clone()),
                 e.to_string(),
@@ -1624,6 +1633,13 @@ queue = "hffs"
             ("shaper", "slot", "100", "is an integer"),
             ("shaper", "horizon", "\"10\"", "not a duration"),
             ("shaper", "horizon", "\"100s\"", "at most 16777216 slots"),
+            (
+                "shaper",
+                "queue",
+                "\"hffs\"",
+                "a moving range (timing_wheel",
+            ),
+            ("shaper", "queue", "\"bucket_heap\"", "fixed range"),
             (
                 "shaper",
                 "beyond_horizon",

@@ -1205,18 +1205,25 @@ impl Scheduler {
             None => out.push_str("classify: default -> reject (no_class)\n"),
         }
         let s = &self.shaper_spec;
+        let beyond = if self.beyond_horizon == Overflow::Reject {
+            "reject"
+        } else {
+            "clamp"
+        };
+        let shape = if self.horizon_ns == u64::MAX {
+            format!("{} (exact: no horizon)", s.kind)
+        } else {
+            format!(
+                "{} {} slots x {} ns (horizon {:.3} s), beyond horizon: {beyond}",
+                s.kind,
+                s.buckets,
+                s.granularity,
+                self.horizon_ns as f64 / 1e9,
+            )
+        };
         let _ = writeln!(
             out,
-            "shaper: {} {} slots x {} ns (horizon {:.3} s), beyond horizon: {}; capacity {} packets, {} flows",
-            s.kind,
-            s.buckets,
-            s.granularity,
-            (s.buckets as f64 * s.granularity as f64) / 1e9,
-            if self.beyond_horizon == Overflow::Reject {
-                "reject"
-            } else {
-                "clamp"
-            },
+            "shaper: {shape}; capacity {} packets, {} flows",
             self.capacity(),
             self.flow_capacity(),
         );

@@ -5,7 +5,7 @@
 //! enqueue result, every departure and every `next_event` must agree.
 
 use proptest::prelude::*;
-use sluice_queue::QueueKind;
+use sluice_queue::{Overflow, QueueKind};
 use sluice_sched::classify::Match;
 use sluice_sched::oracle::OracleTree;
 use sluice_sched::{
@@ -192,9 +192,30 @@ fn kbit(k: u64) -> Rate {
     Rate::from_bps(k * 1000).expect("positive rate")
 }
 
+/// The shaper most tests use: a timing wheel with a 4 ms horizon (slow pacing reaches it).
+const WHEEL: Shaper = Shaper {
+    kind: 0,
+    reject: false,
+};
+
+/// The shaper's structure (`SHAPERS[kind % 3]`) and what a flow's release beyond its horizon
+/// does: clamped, or the packet rejected.
+#[derive(Clone, Copy, Debug)]
+struct Shaper {
+    kind: usize,
+    reject: bool,
+}
+
+/// Shaper structures the oracle models exactly.
+const SHAPERS: [QueueKind; 3] = [
+    QueueKind::TimingWheel,
+    QueueKind::Cffs,
+    QueueKind::BinaryHeap,
+];
+
 /// Build the tree described by `gens` (node i's parent is some node before it), holding at
 /// most `capacity` packets and `flows` flows.
-fn tree(gens: &[NodeGen], capacity: usize, flows: usize) -> TreeBuilder {
+fn tree(gens: &[NodeGen], capacity: usize, flows: usize, shaper: Shaper) -> TreeBuilder {
     let n = gens.len();
     let parents: Vec<Option<usize>> = (0..n)
         .map(|i| (i > 0).then(|| gens[i].parent % i))
@@ -205,9 +226,14 @@ fn tree(gens: &[NodeGen], capacity: usize, flows: usize) -> TreeBuilder {
         flows,
         max_packet: 9000,
         shaper: ShaperConfig {
+            kind: SHAPERS[shaper.kind % SHAPERS.len()],
             slots: 4096,
             slot_ns: 1024,
-            ..ShaperConfig::default()
+            beyond_horizon: if shaper.reject {
+                Overflow::Reject
+            } else {
+                Overflow::Clamp
+            },
         },
     };
     let mut b = TreeBuilder::new(cfg);
@@ -252,8 +278,14 @@ fn tree(gens: &[NodeGen], capacity: usize, flows: usize) -> TreeBuilder {
     b
 }
 
-fn run(gens: &[NodeGen], capacity: usize, flows: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let b = tree(gens, capacity, flows);
+fn run(
+    gens: &[NodeGen],
+    capacity: usize,
+    flows: usize,
+    shaper: Shaper,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let b = tree(gens, capacity, flows, shaper);
     let mut fast = b.build().expect("valid tree");
     let mut slow = OracleTree::new(&b).expect("modelled tree");
     let mut now = 1_000_000_000u64;
@@ -381,9 +413,10 @@ proptest! {
         capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
         // Few flows: a full table reclaims the flow idle longest, or rejects a new one.
         flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
+        shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        run(&gens, capacity, flows, &ops)?;
+        run(&gens, capacity, flows, shaper, &ops)?;
     }
 }
 
@@ -429,7 +462,7 @@ fn every_policy_on_every_structure() {
                         _ => Op::Advance(pick(300_000)),
                     })
                     .collect();
-                if let Err(e) = run(&gens, 10_000, 1000, &ops) {
+                if let Err(e) = run(&gens, 10_000, 1000, WHEEL, &ops) {
                     panic!(
                         "leaf {:?} under {:?} on {:?}: {e}",
                         LEAF[li], INTERNAL[ii], KINDS[ki]
@@ -463,7 +496,7 @@ fn auto_queues_deliver_every_packet_exactly_once() {
                 flow_rate_kbit: (rng.next_u64() % 4 == 0).then(|| 1000 + rng.next_u64() % 50_000),
             })
             .collect();
-        let mut b = tree(&gens, 512, 1000);
+        let mut b = tree(&gens, 512, 1000, WHEEL);
         // Back to `auto` everywhere: rebuild the same tree with default queue choices.
         let mut auto = TreeBuilder::new(SchedConfig {
             capacity: 512,

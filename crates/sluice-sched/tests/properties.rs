@@ -914,6 +914,69 @@ fn only_an_internal_root_has_no_weight_to_change() {
     assert!(s.set_weight(root, 5));
 }
 
+/// The shaper paces as well long after time 0 on every structure the builder takes for it
+/// (release times past a fixed range would all leave at once, so those are refused): a flow
+/// paced at 10 Mbit/s sends 1500-byte packets 1.2 ms apart, five seconds into a run as at its
+/// start.
+#[test]
+fn every_shaper_structure_paces_at_any_time_or_is_refused() {
+    use sluice_queue::QueueKind;
+    for kind in QueueKind::ALL {
+        // The approximate circular queue holds at most 671 buckets: wider slots.
+        let (slots, slot_ns) = match kind {
+            QueueKind::CircularApprox => (512, 16_384),
+            _ => (4096, 1024),
+        };
+        let mut b = TreeBuilder::new(SchedConfig {
+            shaper: ShaperConfig {
+                kind,
+                slots,
+                slot_ns,
+                ..ShaperConfig::default()
+            },
+            ..cfg(64)
+        });
+        let mut spec = NodeSpec::new("leaf", PolicyKind::Fifo);
+        spec.flow_rate = Some(Rate::mbit(10));
+        let leaf = b.root(spec);
+        b.default_leaf(leaf);
+        let mut s = match b.build() {
+            Ok(s) => s,
+            Err(e) => {
+                assert!(
+                    !kind.moving_range() && !kind.exact(),
+                    "{kind}: refused: {e}"
+                );
+                assert!(e.to_string().contains("fixed range"), "{kind}: {e}");
+                continue;
+            }
+        };
+        assert!(kind.moving_range() || kind.exact(), "{kind} was taken");
+        for start in [0, 5 * S] {
+            let base = start / 1000;
+            for token in base..base + 5 {
+                s.enqueue(start, &packet(token, 0, 7, 1500)).unwrap();
+            }
+            let mut now = start;
+            let mut gaps = Vec::new();
+            while let Some(t) = s.next_event(now) {
+                now = now.max(t);
+                if s.dequeue(now).is_some() {
+                    gaps.push(now - start);
+                }
+            }
+            assert_eq!(gaps.len(), 5, "{kind} at {start}");
+            for (k, &at) in gaps.iter().enumerate() {
+                let want = k as u64 * 1_200_000;
+                assert!(
+                    at.abs_diff(want) < 2 * slot_ns,
+                    "{kind} at {start}: packet {k} left at {at} ns, want {want}"
+                );
+            }
+        }
+    }
+}
+
 /// A root rate limit over a policy that reorders (fq across flows), packets of very different
 /// sizes (1.5 KB to 64 KB, like GSO super-frames): every 100 ms window carries the rate
 /// within the burst and one packet, and no window of any length carries more than
