@@ -216,6 +216,20 @@ pub enum BuildError {
         /// Why.
         source: ConfigError,
     },
+    /// A node's queue has a fixed range of ranks and its policy's ranks move forward without
+    /// bound ([`PolicyKind::moving_ranks`]).
+    #[error(
+        "node `{node}`: queue `{kind}` has a fixed range of ranks, and policy `{policy}` ranks \
+         by values that grow without bound (past the range its order would be lost)"
+    )]
+    QueueRange {
+        /// The node.
+        node: String,
+        /// Its policy.
+        policy: PolicyKind,
+        /// The queue kind asked for.
+        kind: QueueKind,
+    },
     /// The shaper cannot be built.
     #[error("shaper: {0}")]
     Shaper(ConfigError),
@@ -434,12 +448,23 @@ impl TreeBuilder {
             let queue_count = if policy.dual() { 2 } else { 1 };
             let mut queues = Vec::with_capacity(queue_count);
             for which in 0..queue_count {
-                let qs = node_queue_spec(spec.queue, policy.shape(&cx, which), entries);
+                let shape = policy.shape(&cx, which);
+                let qs = node_queue_spec(spec.queue, shape, entries);
                 // Build once here so that a bad queue is a build error, not a later panic.
                 qs.build::<u32>().map_err(|source| BuildError::Queue {
                     node: spec.name.clone(),
                     source,
                 })?;
+                if matches!(shape, RankShape::Moving { .. })
+                    && !qs.kind.moving_range()
+                    && !qs.kind.exact()
+                {
+                    return Err(BuildError::QueueRange {
+                        node: spec.name.clone(),
+                        policy: kind,
+                        kind: qs.kind,
+                    });
+                }
                 queues.push(qs);
             }
             let slot = parent.map_or(0, |p| {

@@ -958,6 +958,17 @@ impl Ctx<'_> {
                      or `queue = \"auto\"`",
                 )
             }
+            BuildError::QueueRange { node: ref n, .. } => {
+                let span = node(n).map_or(whole_file, |d| {
+                    d.queue_span.clone().unwrap_or(d.policy_span.clone())
+                });
+                self.err(
+                    span,
+                    e.to_string(),
+                    "a queue with a moving range (cffs, circular_approx, timing_wheel), an exact \
+                     one (binary_heap, btree, skiplist), or `queue = \"auto\"`",
+                )
+            }
             BuildError::Shaper(_) => self.err(
                 raw.shaper.as_ref().map_or(whole_file, |s| s.span()),
                 e.to_string(),
@@ -1366,7 +1377,7 @@ burst = "15KB"
 name = "bronze"
 policy = "fq"
 parent = "root"
-queue = "hffs"
+queue = "binary_heap"
 "#;
 
     #[test]
@@ -1404,7 +1415,7 @@ queue = "hffs"
         let bronze = want.child(
             root,
             NodeSpec::new("bronze", PolicyKind::Fq).queue(QueueChoice::Kind {
-                kind: QueueKind::HierFfs,
+                kind: QueueKind::BinaryHeap,
                 buckets: None,
                 granularity: None,
             }),
@@ -1806,6 +1817,27 @@ queue = "hffs"
         fails(&text, 14, &["`to` = \"silver\" names no node"]);
         let text = format!("{}[[classify]]\nto = 3\n", tree_with(""));
         fails(&text, 14, &["`to` = 3 is an integer"]);
+    }
+
+    #[test]
+    fn a_fixed_range_queue_under_moving_ranks_is_refused_at_the_queue() {
+        for (policy, kind) in [("wfq", "hffs"), ("edf", "ffs"), ("hclock", "gradient")] {
+            let text = format!(
+                "[[node]]\nname = \"root\"\npolicy = \"{policy}\"\nqueue = \"{kind}\"\n\
+                 [[node]]\nname = \"a\"\nparent = \"root\"\npolicy = \"fifo\"\n"
+            );
+            fails(
+                &text,
+                4,
+                &[
+                    &format!("queue `{kind}` has a fixed range"),
+                    "or `queue = \"auto\"`",
+                ],
+            );
+        }
+        // Ranks in a fixed range (pFabric's compressed sizes) may have one.
+        let text = "[[node]]\nname = \"r\"\npolicy = \"pfabric\"\nqueue = \"hffs\"\n";
+        assert!(compile_str(text, "t.toml").is_ok());
     }
 
     #[test]

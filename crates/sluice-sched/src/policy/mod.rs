@@ -352,6 +352,16 @@ impl PolicyKind {
         matches!(self, PolicyKind::Htb)
     }
 
+    /// Whether its ranks move forward without bound (virtual time, rounds, deadlines, tags in
+    /// time: [`RankShape::Moving`]), so that a queue for them needs a moving range or an exact
+    /// order: a fixed range would soon hold every rank in its last bucket.
+    pub fn moving_ranks(self) -> bool {
+        !matches!(
+            self,
+            PolicyKind::Fifo | PolicyKind::Prio | PolicyKind::Pfabric | PolicyKind::Lqf
+        )
+    }
+
     /// A fresh policy object.
     pub fn build(self) -> AnyPolicy {
         match self {
@@ -470,5 +480,30 @@ impl Policy for AnyPolicy {
 impl fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `moving_ranks` says what every queue of the built policy's `shape` says.
+    #[test]
+    fn moving_ranks_agrees_with_every_queue_shape() {
+        let cx = ShapeCx {
+            max_len: 9000,
+            min_weight: 1,
+            min_quantum: 1500,
+            min_reservation: Some(Rate::mbit(1)),
+            capacity: 1024,
+        };
+        for kind in PolicyKind::ALL {
+            let p = kind.build();
+            let queues = if p.dual() { 2 } else { 1 };
+            for which in 0..queues {
+                let moving = matches!(p.shape(&cx, which), RankShape::Moving { .. });
+                assert_eq!(kind.moving_ranks(), moving, "{kind:?} queue {which}");
+            }
+        }
     }
 }
