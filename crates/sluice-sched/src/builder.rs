@@ -233,13 +233,10 @@ pub enum BuildError {
     /// The shaper cannot be built.
     #[error("shaper: {0}")]
     Shaper(ConfigError),
-    /// The shaper's structure has a fixed range of ranks: release times, which grow without
-    /// bound, would soon all fall beyond it and leave at once.
-    #[error(
-        "shaper: `{0}` has a fixed range of ranks, and release times outgrow any fixed range \
-         (past it every packet would leave at once)"
-    )]
-    ShaperRange(QueueKind),
+    /// The shaper's structure cannot order release times: only a timing wheel or an exact
+    /// structure can (see [`shaper_misfit`]).
+    #[error("shaper: `{0}` {why}", why = shaper_misfit(*.0))]
+    ShaperKind(QueueKind),
     /// The packet, flow or record tables cannot be reserved.
     #[error("cannot reserve memory for {0} packets and flows; lower `capacity` or `flows`")]
     OutOfMemory(usize),
@@ -489,14 +486,13 @@ impl TreeBuilder {
             });
         }
         let s = self.cfg.shaper;
-        if !s.kind.moving_range() && !s.kind.exact() {
-            return Err(BuildError::ShaperRange(s.kind));
+        if s.kind != QueueKind::TimingWheel && !s.kind.exact() {
+            return Err(BuildError::ShaperKind(s.kind));
         }
         let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;
-        // A moving range holds `slots * slot_ns` ahead of the present (a circular queue twice
-        // that from its base, which never passes the present); an exact structure, any time.
+        // The wheel holds `slots * slot_ns` ahead of the present; an exact structure, any time.
         let horizon_ns = if s.kind.exact() {
             u64::MAX
         } else {
@@ -570,6 +566,20 @@ impl TreeBuilder {
 const FEW_LEVELS: u64 = 1024;
 /// Buckets per range for moving ranges chosen by `auto`.
 const MOVING_BUCKETS: usize = 4096;
+/// Why a queue kind other than the timing wheel or an exact structure cannot be the shaper.
+/// Release times grow without bound, and a new one may come before every release already
+/// waiting (a flow paced faster than the others): the wheel keeps its front at the present,
+/// and an exact structure orders any ranks.
+fn shaper_misfit(kind: QueueKind) -> &'static str {
+    if kind.moving_range() {
+        "cannot order release times: a moving range files a rank below its minimum behind \
+         what it holds, so a flow paced sooner than the waiting ones would wait for them"
+    } else {
+        "cannot order release times: they outgrow its fixed range, past which every packet \
+         would leave at once"
+    }
+}
+
 /// Most buckets for fixed ranges chosen by `auto`.
 const FIXED_BUCKETS: u64 = 1 << 16;
 

@@ -25,7 +25,7 @@
 //! slot = "1024ns"             # duration (units ns, us, ms, s)
 //! horizon = "1s"              # duration; slots = ceil(horizon / slot), 1..=2^24 of them
 //! beyond_horizon = "clamp"    # or "reject"
-//! queue = "timing_wheel"      # a moving-range or exact queue kind (not a fixed range)
+//! queue = "timing_wheel"      # or an exact kind: binary_heap, btree, skiplist
 //!
 //! [[node]]
 //! name = "root"               # required, unique
@@ -974,14 +974,14 @@ impl Ctx<'_> {
                 e.to_string(),
                 "a `[shaper]` whose `slot` and `horizon` the queue kind can hold",
             ),
-            BuildError::ShaperRange(_) => self.err(
+            BuildError::ShaperKind(_) => self.err(
                 raw.shaper
                     .as_ref()
                     .and_then(|s| s.get_ref().queue.as_ref().map(|q| q.span()))
                     .unwrap_or(whole_file),
                 e.to_string(),
-                "a shaper `queue` with a moving range (timing_wheel, cffs, circular_approx) or \
-                 an exact one (binary_heap, btree, skiplist)",
+                "a shaper `queue` that orders time: timing_wheel, or an exact one (binary_heap, \
+                 btree, skiplist)",
             ),
             BuildError::DuplicateName(ref n) => self.err(
                 node(n).map_or(whole_file, |d| d.name_span.clone()),
@@ -1648,9 +1648,10 @@ queue = "binary_heap"
                 "shaper",
                 "queue",
                 "\"hffs\"",
-                "a moving range (timing_wheel",
+                "timing_wheel, or an exact one",
             ),
             ("shaper", "queue", "\"bucket_heap\"", "fixed range"),
+            ("shaper", "queue", "\"cffs\"", "a flow paced sooner"),
             (
                 "shaper",
                 "beyond_horizon",

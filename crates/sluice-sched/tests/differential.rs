@@ -219,7 +219,7 @@ const WHEEL: Shaper = Shaper {
 };
 
 /// The shaper's structure (`SHAPERS[kind % 3]`) and what a flow's release beyond its horizon
-/// does: clamped, or the packet rejected.
+/// does: clamped, or the packet rejected (a horizon only the wheel has).
 #[derive(Clone, Copy, Debug)]
 struct Shaper {
     kind: usize,
@@ -229,8 +229,8 @@ struct Shaper {
 /// Shaper structures the oracle models exactly.
 const SHAPERS: [QueueKind; 3] = [
     QueueKind::TimingWheel,
-    QueueKind::Cffs,
     QueueKind::BinaryHeap,
+    QueueKind::SkipList,
 ];
 
 /// Build the tree described by `gens` (node i's parent is some node before it), holding at
