@@ -1058,13 +1058,17 @@ impl Ctx<'_> {
                                 \"250kbit\", above 0 and below 2^63 bit/s";
         match v.get_ref() {
             Value::String(s) => Rate::parse(s).map_err(|e| {
-                let bytes = matches!(e, UnitError::Malformed { .. })
-                    && s.trim_end_matches("/s")
-                        .trim_end_matches("ps")
-                        .ends_with('B');
+                let malformed = matches!(e, UnitError::Malformed { .. });
+                let unit = s.trim().trim_end_matches("/s");
                 let mut what = unit_what(key, v.get_ref(), e);
-                if bytes {
+                if malformed && unit.to_ascii_lowercase().ends_with("bps") {
+                    // tc reads `mbps` as megabytes per second, others as megabits.
+                    what += " (`bps` is ambiguous: tc reads `Mbps` as megabytes per second; \
+                             write `Mbit` for megabits)";
+                } else if malformed && unit.trim_end_matches("ps").ends_with('B') {
                     what += " (rates count bits: `Mbit`, not `MB`)";
+                } else if malformed && unit.ends_with(['k', 'K', 'M', 'G', 'T', 'b']) {
+                    what += " (name the unit in full: `Mbit`)";
                 }
                 self.err(v.span(), what, EXPECTED)
             }),
@@ -1615,6 +1619,10 @@ queue = "binary_heap"
             ("\"-5Mbit\"", "must be positive"),
             ("\"1e30bit\"", "below 2^63"),
             ("\"10MB\"", "rates count bits"),
+            ("\"10Mbps\"", "tc reads `Mbps` as megabytes"),
+            ("\"10gbps\"", "tc reads `Mbps` as megabytes"),
+            ("\"10M\"", "name the unit in full"),
+            ("\"10Mb\"", "name the unit in full"),
             ("\"fast\"", "is not a rate"),
             ("10", "is an integer"),
         ] {
