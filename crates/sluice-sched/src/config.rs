@@ -1451,6 +1451,19 @@ queue = "binary_heap"
         assert_eq!(cfg, SchedConfig::default());
         let s = build_str(text, "t.toml").unwrap();
         assert!(s.describe().contains("default -> reject"));
+        assert!(s.describe().contains("every packet is rejected"));
+    }
+
+    /// `policy check` points out a leaf that nothing sends packets to.
+    #[test]
+    fn the_description_names_leaves_no_packet_reaches() {
+        let text = format!("[scheduler]\ndefault = \"gold\"\n{}", tree_with(""));
+        let d = build_str(&text, "t.toml").unwrap().describe();
+        assert!(
+            d.contains("note: leaf `bronze` receives no packet") && !d.contains("`gold` receives"),
+            "{d}"
+        );
+        assert!(!d.contains("every packet is rejected"), "{d}");
     }
 
     #[test]

@@ -1202,7 +1202,31 @@ impl Scheduler {
             Some(d) => {
                 let _ = writeln!(out, "classify: default -> {}", name(d));
             }
+            None if self.classifier.rules.is_empty() => out.push_str(
+                "classify: default -> reject (no_class); note: with no rule and no default, \
+                 every packet is rejected\n",
+            ),
             None => out.push_str("classify: default -> reject (no_class)\n"),
+        }
+        // A leaf that no rule names and that is not the default never receives a packet (all of
+        // them, said once above, when there is neither).
+        let unreachable_said =
+            self.classifier.default.is_none() && self.classifier.rules.is_empty();
+        for (i, n) in self.nodes.iter().enumerate().filter(|_| !unreachable_said) {
+            let reached = self.classifier.default == Some(i as u16)
+                || self
+                    .classifier
+                    .rules
+                    .iter()
+                    .any(|r| usize::from(r.leaf) == i);
+            if n.leaf && !reached {
+                let _ = writeln!(
+                    out,
+                    "note: leaf `{}` receives no packet: no rule sends to it and it is not \
+                     the default",
+                    n.name
+                );
+            }
         }
         let s = &self.shaper_spec;
         let beyond = if self.beyond_horizon == Overflow::Reject {
