@@ -8,10 +8,11 @@
 //! shaper.
 //!
 //! It is written for obviousness, not speed: flows are a `HashMap` of `VecDeque`s (a full table
-//! reclaims the flow that went idle first, found in a plain list), every PIFO is [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks
-//! exactly as the node's real queue would (its [`KeyModel`]), and nothing is shared with
-//! [`crate::tree`] except the rank arithmetic it is meant to check the structures against: the
-//! policies, the gates and the classifier. A differential test runs both on the same packets and
+//! reclaims the flow that went idle first, found in a plain list), every PIFO is
+//! [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks exactly as the node's real
+//! queue would (its [`KeyModel`]), and nothing is shared with [`crate::tree`] except the rank
+//! arithmetic it is meant to check the structures against: the policies, the gates and the
+//! classifier. A differential test runs both on the same packets and
 //! demands the same departures. Approximate queues have no exact model and are not supported.
 
 use crate::builder::{BuildError, TreeBuilder};
