@@ -947,27 +947,18 @@ impl Ctx<'_> {
                 e.to_string(),
                 format!("at most {MAX_DEPTH} levels from the root down to a leaf"),
             ),
-            BuildError::Queue { node: ref n, .. } => {
+            BuildError::Queue { node: ref n, .. } | BuildError::QueueRange { node: ref n, .. } => {
                 let span = node(n).map_or(whole_file, |d| {
                     d.queue_span.clone().unwrap_or(d.policy_span.clone())
                 });
-                self.err(
-                    span,
-                    e.to_string(),
+                let expected = if matches!(e, BuildError::Queue { .. }) {
                     "a queue its kind can build: fewer `buckets`, another `granularity`, \
-                     or `queue = \"auto\"`",
-                )
-            }
-            BuildError::QueueRange { node: ref n, .. } => {
-                let span = node(n).map_or(whole_file, |d| {
-                    d.queue_span.clone().unwrap_or(d.policy_span.clone())
-                });
-                self.err(
-                    span,
-                    e.to_string(),
+                     or `queue = \"auto\"`"
+                } else {
                     "a queue with a moving range (cffs, circular_approx, timing_wheel), an exact \
-                     one (binary_heap, btree, skiplist), or `queue = \"auto\"`",
-                )
+                     one (binary_heap, btree, skiplist), or `queue = \"auto\"`"
+                };
+                self.err(span, e.to_string(), expected)
             }
             BuildError::Shaper(_) => self.err(
                 raw.shaper.as_ref().map_or(whole_file, |s| s.span()),

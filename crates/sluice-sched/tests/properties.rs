@@ -21,6 +21,21 @@ fn cfg(capacity: usize) -> SchedConfig {
     }
 }
 
+/// A tree of one leaf, the root, running `policy` over flows each paced at `rate`, with
+/// `shaper` (the leaf's id is 0).
+fn paced_leaf(
+    policy: PolicyKind,
+    rate: Rate,
+    shaper: ShaperConfig,
+) -> Result<Scheduler, sluice_sched::BuildError> {
+    let mut b = TreeBuilder::new(SchedConfig { shaper, ..cfg(100) });
+    let mut leaf = NodeSpec::new("leaf", policy);
+    leaf.flow_rate = Some(rate);
+    let leaf = b.root(leaf);
+    b.default_leaf(leaf);
+    b.build()
+}
+
 fn packet(token: u64, class: u32, flow: u64, len: u32) -> Packet {
     Packet {
         token,
@@ -734,24 +749,17 @@ fn rejections_are_typed_and_counted() {
 #[test]
 fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
     for reject in [true, false] {
-        let mut b = TreeBuilder::new(SchedConfig {
-            shaper: ShaperConfig {
-                slot_ns: 1024,
-                slots: 1024,
-                beyond_horizon: if reject {
-                    sluice_queue::Overflow::Reject
-                } else {
-                    sluice_queue::Overflow::Clamp
-                },
-                ..ShaperConfig::default()
+        let shaper = ShaperConfig {
+            slot_ns: 1024,
+            slots: 1024,
+            beyond_horizon: if reject {
+                sluice_queue::Overflow::Reject
+            } else {
+                sluice_queue::Overflow::Clamp
             },
-            ..cfg(100)
-        });
-        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo);
-        leaf.flow_rate = Some(Rate::mbit(1));
-        let leaf = b.root(leaf);
-        b.default_leaf(leaf);
-        let mut s = b.build().unwrap();
+            ..ShaperConfig::default()
+        };
+        let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
         // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms.
         s.enqueue(S, &packet(0, 0, 1, 1500)).unwrap();
         let second = s.enqueue(S, &packet(1, 0, 1, 1500));
@@ -836,12 +844,8 @@ fn drain(s: &mut Scheduler, mut now: u64) -> Vec<u64> {
 #[test]
 fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
     for policy in [PolicyKind::Fifo, PolicyKind::Fq, PolicyKind::Pfabric] {
-        let mut b = TreeBuilder::new(cfg(64));
-        let mut spec = NodeSpec::new("leaf", policy);
-        spec.flow_rate = Some(Rate::mbit(10));
-        let leaf = b.root(spec);
-        b.default_leaf(leaf);
-        let mut s = b.build().unwrap();
+        let mut s = paced_leaf(policy, Rate::mbit(10), ShaperConfig::default()).unwrap();
+        let leaf = 0;
         for token in 0..3 {
             s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
         }
@@ -928,20 +932,13 @@ fn every_shaper_structure_paces_at_any_time_or_is_refused() {
             QueueKind::CircularApprox => (512, 16_384),
             _ => (4096, 1024),
         };
-        let mut b = TreeBuilder::new(SchedConfig {
-            shaper: ShaperConfig {
-                kind,
-                slots,
-                slot_ns,
-                ..ShaperConfig::default()
-            },
-            ..cfg(64)
-        });
-        let mut spec = NodeSpec::new("leaf", PolicyKind::Fifo);
-        spec.flow_rate = Some(Rate::mbit(10));
-        let leaf = b.root(spec);
-        b.default_leaf(leaf);
-        let mut s = match b.build() {
+        let shaper = ShaperConfig {
+            kind,
+            slots,
+            slot_ns,
+            ..ShaperConfig::default()
+        };
+        let mut s = match paced_leaf(PolicyKind::Fifo, Rate::mbit(10), shaper) {
             Ok(s) => s,
             Err(e) => {
                 assert!(
