@@ -41,8 +41,10 @@ pub enum KeyModel {
         overflow: Overflow,
     },
     /// cFFS: bucket `max(rank / granularity, base)`; beyond `base + 2n - 1`: that bucket or
-    /// reject. A push into an empty queue re-bases to `bucket - bucket % n`; when no key is left
-    /// in `[base, base + n)` but some are queued, `base += n`.
+    /// reject. A push into an empty queue re-bases to `bucket - bucket % n`; a push into
+    /// `[base - n, base)` that will be stored, while no key is queued in `[base + n, base + 2n)`,
+    /// moves `base` back by `n` first; when no key is left in `[base, base + n)` but some are
+    /// queued, `base += n`.
     Circular {
         /// First bucket of the primary range.
         base: u64,
@@ -56,8 +58,9 @@ pub enum KeyModel {
 }
 
 impl KeyModel {
-    /// Key for `rank`, or `None` if rejected. `empty`: whether the queue is empty now.
-    fn key(&mut self, rank: Rank, empty: bool) -> Option<u64> {
+    /// Key for `rank`, or `None` if rejected. `max`: the largest key queued now (`None`:
+    /// empty); `room`: whether the push will be stored if its rank is in range.
+    fn key(&mut self, rank: Rank, max: Option<u64>, room: bool) -> Option<u64> {
         match self {
             KeyModel::Exact => Some(rank),
             KeyModel::Fixed {
@@ -99,8 +102,14 @@ impl KeyModel {
                 overflow,
             } => {
                 let k = rank / *granularity;
-                if empty {
-                    *base = k - k % *buckets;
+                match max {
+                    None => *base = k - k % *buckets,
+                    Some(m) if k < *base && k + *buckets >= *base && m < *base + *buckets => {
+                        if room {
+                            *base -= *buckets;
+                        }
+                    }
+                    Some(_) => {}
                 }
                 let k = k.max(*base);
                 if k - *base < 2 * *buckets {
@@ -166,8 +175,9 @@ impl<T: Copy> Oracle<T> {
 
     /// Queue `item`; returns its id, or the same error the structure must return.
     pub fn push(&mut self, rank: Rank, item: T) -> Result<u64, PushError<T>> {
-        let empty = self.entries.is_empty();
-        let Some(key) = self.model.key(rank, empty) else {
+        let max = self.entries.last_key_value().map(|(&(k, _), _)| k);
+        let room = self.entries.len() < self.capacity;
+        let Some(key) = self.model.key(rank, max, room) else {
             return Err(PushError::OutOfRange { rank, item });
         };
         if self.entries.len() == self.capacity {
