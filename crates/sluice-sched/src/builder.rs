@@ -14,10 +14,10 @@
 //!
 //! Fig. 4.20 asks first how many levels there are: below about a thousand the choice matters
 //! little, and the approximate gradient pays off only over many dense levels. So a dense moving
-//! range of at most 1024 ranks (DRR's and fq's rounds: a few dozen) gets `cffs` too, one or two
-//! words of bitmap and exact order, where the approximate gradient's search costs more (fq over
-//! its 48 ranks: about a seventh less time per packet with `cffs`, `sluice bench sched`,
-//! fq_pacing at 1e3 flows).
+//! range of at most 1024 ranks (DRR's and fq's rounds: about a hundred) gets `cffs` too, one or
+//! two words of bitmap and exact order, where the approximate gradient's search costs more (fq
+//! over what were then its 48 ranks: about a seventh less time per packet with `cffs`, `sluice
+//! bench sched`, fq_pacing at 1e3 flows).
 //!
 //! The shaper is a timing wheel unless configured otherwise.
 
@@ -89,7 +89,11 @@ pub struct SchedConfig {
     pub capacity: usize,
     /// Flow table slots.
     pub flows: usize,
-    /// Largest packet expected, bytes (sizes fair-queuing rank ranges; GSO frames: 64 KiB).
+    /// Largest packet expected, bytes (GSO frames: 64 KiB). It sizes the rank ranges of the
+    /// fair-queuing policies, which keep packets up to twice as long in exact order (GSO
+    /// frames counted in wire bytes run a few percent over their 64 KiB); longer ones are
+    /// still accepted, filed at the edge of their queue's range and counted
+    /// ([`crate::SchedStats::ranks_clamped`]), and their fair share is then approximate.
     pub max_packet: u32,
     /// The shaper.
     pub shaper: ShaperConfig,

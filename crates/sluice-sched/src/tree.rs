@@ -158,6 +158,10 @@ pub struct SchedStats {
     pub rejected: [u64; 5],
     /// Releases clamped into the shaper's horizon (rates so low the wait exceeds it).
     pub clamped: u64,
+    /// Ranks that fell beyond a node queue's range and were filed at its edge, where their
+    /// order is approximate: packets longer than the queues were sized for (more than twice
+    /// [`crate::SchedConfig::max_packet`]), or a rank the policy could not keep in its window.
+    pub ranks_clamped: u64,
     /// Idle flows whose slot was reused.
     pub flows_reclaimed: u64,
 }
@@ -413,6 +417,12 @@ impl Scheduler {
         SchedStats {
             flows_reclaimed: self.flows.reclaimed,
             clamped: self.stats.clamped + self.shaper.stats().clamped,
+            ranks_clamped: self
+                .nodes
+                .iter()
+                .flat_map(|n| &n.queues)
+                .map(|q| q.stats().clamped)
+                .sum(),
             ..self.stats
         }
     }

@@ -95,9 +95,13 @@ fn charge(deficit: u64, len: u32, quantum: u32) -> (u64, u64) {
     (rounds as u64, (left + rounds * q) as u64)
 }
 
-/// Rounds a member can move ahead in one charge: what the largest packet overdraws.
+/// Rounds a member can move ahead in one charge: what a packet of twice the largest length
+/// overdraws. The slack keeps packets a little over `max_len` (GSO super-frames counted in
+/// wire bytes) inside the window, as WFQ's span of two packets does.
 fn max_rounds(cx: &ShapeCx) -> u64 {
-    u64::from(cx.max_len.div_ceil(cx.min_quantum.max(1))).max(1)
+    (2 * u64::from(cx.max_len))
+        .div_ceil(u64::from(cx.min_quantum.max(1)))
+        .max(1)
 }
 
 impl Drr {
