@@ -238,7 +238,8 @@ pub enum BuildError {
     #[error("shaper: {0}")]
     Shaper(ConfigError),
     /// The shaper's structure cannot order release times: only a timing wheel or an exact
-    /// structure can (see [`shaper_misfit`]).
+    /// structure can (a fixed range is outgrown; a moving range files a release below its
+    /// minimum behind what it holds).
     #[error("shaper: `{0}` {why}", why = shaper_misfit(*.0))]
     ShaperKind(QueueKind),
     /// The packet, flow or record tables cannot be reserved.
@@ -432,7 +433,11 @@ impl TreeBuilder {
             };
             let cx = ShapeCx {
                 max_len: self.cfg.max_packet,
-                min_weight: member_cfg.iter().map(|m| m.weight).min().unwrap_or(1),
+                // Not the members' smallest weight now: `set_weight` may lower any to 1 at
+                // run time, and a window sized for heavier weights would then file every tag
+                // of that member at its edge (WFQ gave it a third of the link for a 1/2001
+                // share).
+                min_weight: 1,
                 min_quantum: member_cfg
                     .iter()
                     .map(|m| m.quantum.max(1))

@@ -1134,7 +1134,9 @@ impl Scheduler {
 
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
     /// time; on a root that is a leaf, its flows'. False, and nothing changed, for an internal
-    /// root.
+    /// root. The reservation queue's window was sized for the slowest reservation the node was
+    /// built with; a slower one can put tags past it, where they are filed at its edge and
+    /// ordered approximately ([`SchedStats::ranks_clamped`] counts them).
     pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
         self.member_cfg_mut(n)
             .map(|c| c.reservation = rate)

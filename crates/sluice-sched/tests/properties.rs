@@ -981,6 +981,52 @@ fn every_shaper_structure_paces_at_any_time_or_is_refused() {
     }
 }
 
+/// A weight lowered at run time below every weight the tree was built with still counts: the
+/// member gets its 1/2001 share under WFQ and hClock, and no rank is filed at a queue's edge.
+/// (The windows were sized for the built weights: every tag of the member fell past them and it
+/// got a third of the link.)
+#[test]
+fn a_weight_lowered_at_run_time_below_all_others_still_counts() {
+    for policy in [PolicyKind::Wfq, PolicyKind::HClock] {
+        let mut b = TreeBuilder::new(cfg(4096));
+        let root = b.root(NodeSpec::new("root", policy));
+        let leaves: Vec<NodeId> = (0..3)
+            .map(|i| {
+                b.child(
+                    root,
+                    NodeSpec::new(&format!("l{i}"), PolicyKind::Fifo).weight(1000),
+                )
+            })
+            .collect();
+        for (class, &leaf) in leaves.iter().enumerate() {
+            b.rule(vec![Match::Class(class as u32)], leaf);
+        }
+        let mut s = b.build().unwrap();
+        assert!(s.set_weight(leaves[0], 1));
+        let mut token = 0;
+        for _ in 0..100 {
+            for class in 0..3 {
+                s.enqueue(0, &packet(token, class, u64::from(class), 1500))
+                    .unwrap();
+                token += 1;
+            }
+        }
+        let mut bytes = [0u64; 3];
+        for now in 0..200_000 {
+            let d = s.dequeue(now).expect("every class backlogged");
+            bytes[d.flow as usize] += u64::from(d.len);
+            s.enqueue(now, &packet(token, d.flow as u32, d.flow, 1500))
+                .unwrap();
+            token += 1;
+        }
+        let share = bytes[0] as f64 / bytes.iter().sum::<u64>() as f64;
+        assert!(
+            (share - 1.0 / 2001.0).abs() < 1e-4 && s.stats().ranks_clamped == 0,
+            "{policy:?}: share {share:.5}"
+        );
+    }
+}
+
 /// Fair shares hold between packets of very different sizes on the queues `auto` picks: a
 /// class sending packets up to twice `max_packet` (GSO frames in wire bytes run over 64 KiB)
 /// and one sending 1500-byte packets, equal weights, each get half the bytes under WFQ, DRR

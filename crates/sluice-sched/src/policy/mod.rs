@@ -175,7 +175,7 @@ pub enum RankShape {
 pub struct ShapeCx {
     /// Largest packet, bytes.
     pub max_len: u32,
-    /// Smallest member weight.
+    /// Smallest weight a member may have (the builder says 1: weights change at run time).
     pub min_weight: u32,
     /// Smallest member quantum (DRR, FQ), bytes, at least 1.
     pub min_quantum: u32,
