@@ -451,7 +451,7 @@ impl Scheduler {
     }
 
     /// Turn the cache prefetch hints on or off (on by default when flows and packet records
-    /// outgrow the caches, see [`PREFETCH_MIN_BYTES`]). They never change what is scheduled.
+    /// outgrow the caches: more than 8 MiB). They never change what is scheduled.
     pub fn set_prefetch(&mut self, on: bool) {
         self.prefetch = on;
     }
