@@ -981,6 +981,29 @@ fn every_shaper_structure_paces_at_any_time_or_is_refused() {
     }
 }
 
+/// Keep `classes` classes backlogged (class `k` is flow `k`, its packets `len(k)` bytes long)
+/// and send `packets` as fast as `s` releases them, one per ns: the bytes each class sent.
+fn saturate(s: &mut Scheduler, classes: u32, len: impl Fn(u32) -> u32, packets: u64) -> Vec<u64> {
+    let mut token = 0;
+    for _ in 0..100 {
+        for class in 0..classes {
+            s.enqueue(0, &packet(token, class, u64::from(class), len(class)))
+                .unwrap();
+            token += 1;
+        }
+    }
+    let mut bytes = vec![0u64; classes as usize];
+    for now in 0..packets {
+        let d = s.dequeue(now).expect("every class backlogged");
+        bytes[d.flow as usize] += u64::from(d.len);
+        let class = d.flow as u32;
+        s.enqueue(now, &packet(token, class, d.flow, len(class)))
+            .unwrap();
+        token += 1;
+    }
+    bytes
+}
+
 /// A weight lowered at run time below every weight the tree was built with still counts: the
 /// member gets its 1/2001 share under WFQ and hClock, and no rank is filed at a queue's edge.
 /// (The windows were sized for the built weights: every tag of the member fell past them and it
@@ -1003,22 +1026,7 @@ fn a_weight_lowered_at_run_time_below_all_others_still_counts() {
         }
         let mut s = b.build().unwrap();
         assert!(s.set_weight(leaves[0], 1));
-        let mut token = 0;
-        for _ in 0..100 {
-            for class in 0..3 {
-                s.enqueue(0, &packet(token, class, u64::from(class), 1500))
-                    .unwrap();
-                token += 1;
-            }
-        }
-        let mut bytes = [0u64; 3];
-        for now in 0..200_000 {
-            let d = s.dequeue(now).expect("every class backlogged");
-            bytes[d.flow as usize] += u64::from(d.len);
-            s.enqueue(now, &packet(token, d.flow as u32, d.flow, 1500))
-                .unwrap();
-            token += 1;
-        }
+        let bytes = saturate(&mut s, 3, |_| 1500, 200_000);
         let share = bytes[0] as f64 / bytes.iter().sum::<u64>() as f64;
         assert!(
             (share - 1.0 / 2001.0).abs() < 1e-4 && s.stats().ranks_clamped == 0,
@@ -1048,24 +1056,12 @@ fn fair_shares_hold_between_large_and_small_packets() {
             b.rule(vec![Match::Class(0)], a);
             b.default_leaf(c);
             let mut s = b.build().unwrap();
-            let len = |class: u32| if class == 0 { big } else { 1500 };
-            let mut token = 0;
-            for _ in 0..100 {
-                for class in 0..2 {
-                    s.enqueue(0, &packet(token, class, u64::from(class), len(class)))
-                        .unwrap();
-                    token += 1;
-                }
-            }
-            let mut bytes = [0u64; 2];
-            for now in 0..50_000 {
-                let d = s.dequeue(now).expect("both classes backlogged");
-                bytes[d.flow as usize] += u64::from(d.len);
-                let class = d.flow as u32;
-                s.enqueue(now, &packet(token, class, d.flow, len(class)))
-                    .unwrap();
-                token += 1;
-            }
+            let bytes = saturate(
+                &mut s,
+                2,
+                |class| if class == 0 { big } else { 1500 },
+                50_000,
+            );
             let share = bytes[0] as f64 / (bytes[0] + bytes[1]) as f64;
             let clamped = s.stats().ranks_clamped;
             if big > 2 * 65_536 {
