@@ -159,8 +159,12 @@ pub struct SchedStats {
     /// Releases clamped into the shaper's horizon (rates so low the wait exceeds it).
     pub clamped: u64,
     /// Ranks that fell beyond a node queue's range and were filed at its edge, where their
-    /// order is approximate: packets longer than the queues were sized for (more than twice
-    /// [`crate::SchedConfig::max_packet`]), or a rank the policy could not keep in its window.
+    /// order is approximate. Expected under hClock and HTB for a member that gets more than
+    /// its weighted share (by its reservation, or while the others wait at their limits): its
+    /// share tag runs ahead of the window, and the edge keeps it behind the others there, so
+    /// the rates hold. Otherwise a sign of packets longer than the queues were sized for (more
+    /// than twice [`crate::SchedConfig::max_packet`]) or of deadlines further ahead than EDF's
+    /// window, whose order is then approximate.
     pub ranks_clamped: u64,
     /// Idle flows whose slot was reused.
     pub flows_reclaimed: u64,
