@@ -433,11 +433,6 @@ impl TreeBuilder {
             };
             let cx = ShapeCx {
                 max_len: self.cfg.max_packet,
-                // Not the members' smallest weight now: `set_weight` may lower any to 1 at
-                // run time, and a window sized for heavier weights would then file every tag
-                // of that member at its edge (WFQ gave it a third of the link for a 1/2001
-                // share).
-                min_weight: 1,
                 min_quantum: member_cfg
                     .iter()
                     .map(|m| m.quantum.max(1))

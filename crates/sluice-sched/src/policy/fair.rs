@@ -40,7 +40,11 @@ impl Policy for Wfq {
     }
     fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Moving {
-            span: 2 * vt(cx.max_len, cx.min_weight),
+            // Sized for weight 1, the lowest, whatever the members' weights now: `set_weight`
+            // may give it to any member at run time, and a window sized for heavier weights
+            // filed every tag of such a member at its edge (a third of the link for a 1/2001
+            // share).
+            span: 2 * vt(cx.max_len, 1),
             dense: false,
         }
     }

@@ -175,8 +175,6 @@ pub enum RankShape {
 pub struct ShapeCx {
     /// Largest packet, bytes.
     pub max_len: u32,
-    /// Smallest weight a member may have (the builder says 1: weights change at run time).
-    pub min_weight: u32,
     /// Smallest member quantum (DRR, FQ), bytes, at least 1.
     pub min_quantum: u32,
     /// Smallest reservation among members, if any.
@@ -492,7 +490,6 @@ mod tests {
     fn moving_ranks_agrees_with_every_queue_shape() {
         let cx = ShapeCx {
             max_len: 9000,
-            min_weight: 1,
             min_quantum: 1500,
             min_reservation: Some(Rate::mbit(1)),
             capacity: 1024,

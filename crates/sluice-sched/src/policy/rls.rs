@@ -83,7 +83,8 @@ impl Rls {
             }
         } else {
             RankShape::Moving {
-                span: 2 * vt(cx.max_len, cx.min_weight),
+                // Weight 1, the lowest, as WFQ's (`set_weight` may lower any member to it).
+                span: 2 * vt(cx.max_len, 1),
                 dense: false,
             }
         }
