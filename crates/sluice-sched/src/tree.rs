@@ -1226,33 +1226,30 @@ impl Scheduler {
         }
         // A leaf that no rule names and that is not the default never receives a packet (all of
         // them, said once above, when there is neither).
-        let unreachable_said =
-            self.classifier.default.is_none() && self.classifier.rules.is_empty();
-        for (i, n) in self.nodes.iter().enumerate().filter(|_| !unreachable_said) {
-            let reached = self.classifier.default == Some(i as u16)
-                || self
-                    .classifier
-                    .rules
-                    .iter()
-                    .any(|r| usize::from(r.leaf) == i);
-            if n.leaf && !reached {
-                let _ = writeln!(
-                    out,
-                    "note: leaf `{}` receives no packet: no rule sends to it and it is not \
-                     the default",
-                    n.name
-                );
+        let rules = &self.classifier.rules;
+        if self.classifier.default.is_some() || !rules.is_empty() {
+            for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.leaf) {
+                let reached = self.classifier.default == Some(i as u16)
+                    || rules.iter().any(|r| usize::from(r.leaf) == i);
+                if !reached {
+                    let _ = writeln!(
+                        out,
+                        "note: leaf `{}` receives no packet: no rule sends to it and it is not \
+                         the default",
+                        n.name
+                    );
+                }
             }
         }
         let s = &self.shaper_spec;
-        let beyond = if self.beyond_horizon == Overflow::Reject {
-            "reject"
-        } else {
-            "clamp"
-        };
         let shape = if self.horizon_ns == u64::MAX {
             format!("{} (exact: no horizon)", s.kind)
         } else {
+            let beyond = if self.beyond_horizon == Overflow::Reject {
+                "reject"
+            } else {
+                "clamp"
+            };
             format!(
                 "{} {} slots x {} ns (horizon {:.3} s), beyond horizon: {beyond}",
                 s.kind,
