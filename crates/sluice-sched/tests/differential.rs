@@ -26,7 +26,8 @@ const KINDS: [QueueKind; 9] = [
     QueueKind::TimingWheel,
 ];
 
-/// The exact kinds that follow ranks moving forward without bound.
+/// Kinds the oracle models that follow ranks moving forward without bound (a moving range or
+/// an exact order).
 const FOLLOWING: [QueueKind; 5] = [
     QueueKind::TimingWheel,
     QueueKind::Cffs,
@@ -169,7 +170,7 @@ enum Op {
     },
 }
 
-/// A rate of 500 kbit/s to 100 Mbit/s, or none (`weight` in 10 of removing it).
+/// A rate of 500 kbit/s to 100 Mbit/s (`some` times in 10), or none.
 fn maybe_rate(some: u32) -> impl Strategy<Value = Option<u64>> {
     prop_oneof![some => (500u64..100_000).prop_map(Some), 10 - some => Just(None)]
 }
