@@ -620,7 +620,8 @@ pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) ->
         span.max(1)
             .div_ceil(buckets as u64)
             .max(1)
-            .next_power_of_two()
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 63) // a span near 2^64 (a 1 bit/s reservation): the coarsest
     });
     QueueSpec::new(kind, buckets, granularity, entries.max(1))
 }

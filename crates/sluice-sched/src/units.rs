@@ -104,7 +104,17 @@ impl Rate {
         if bytes == 0 {
             return 0; // a gate without burst: no 128-bit division
         }
-        ((u128::from(bytes) * 8_000_000_000) << 32) / u128::from(self.0.get())
+        let bits = u128::from(bytes) * 8_000_000_000; // < 2^97
+        let bps = u128::from(self.0.get());
+        if bytes >> 32 == 0 {
+            return (bits << 32) / bps; // < 2^97: the shift keeps every bit
+        }
+        // A size of 4 GiB or more (a burst, say): shifting first could drop high bits, so
+        // divide first and saturate a time that 128 bits cannot hold.
+        let (whole, rest) = (bits / bps, bits % bps);
+        whole
+            .checked_mul(1 << 32)
+            .map_or(u128::MAX, |w| w + (rest << 32) / bps)
     }
 
     /// The multiplier of [`Rate::tx_time_fp_of`]: `ceil(8e9 * 2^(31 + s) / bps)` with
@@ -136,9 +146,10 @@ impl Rate {
         ((u128::from(len) * u128::from(per_byte)) << 1) >> self.log2()
     }
 
-    /// Time to send `bytes` at this rate, in whole nanoseconds (rounded down).
+    /// Time to send `bytes` at this rate, in whole nanoseconds (rounded down; `u64::MAX` for
+    /// a time beyond it, 4 GB at 1 bit/s).
     pub fn tx_time_ns(self, bytes: u64) -> u64 {
-        (self.tx_time_fp(bytes) >> 32) as u64
+        u64::try_from(self.tx_time_fp(bytes) >> 32).unwrap_or(u64::MAX)
     }
 
     /// Bytes sent in `ns` nanoseconds at this rate (rounded down).
@@ -342,6 +353,22 @@ mod tests {
         assert!(5_120_000 - ((total >> 32) as u64) <= 1);
         let max = Rate::from_bps(MAX_RATE_BPS).unwrap();
         assert_eq!(max.tx_time_ns(u64::from(u32::MAX)), 3);
+    }
+
+    #[test]
+    fn tx_time_of_huge_sizes_is_exact_or_saturates() {
+        // 2^40 bytes at 1 Gbit/s: 8796.09 s, which shifting before dividing lost.
+        let g = Rate::gbit(1);
+        assert_eq!(g.tx_time_ns(1 << 40), (1u64 << 40) * 8);
+        assert_eq!(g.tx_time_fp(1 << 40), u128::from((1u64 << 40) * 8) << 32);
+        // u64::MAX bytes at 1 Gbit/s: within u128 in fixed point, beyond u64 in ns.
+        assert_eq!(g.tx_time_fp(u64::MAX), u128::from(u64::MAX) * 8 << 32);
+        assert_eq!(g.tx_time_ns(u64::MAX), u64::MAX);
+        // 4 GB at 1 bit/s is longer than u64 nanoseconds; u64::MAX bytes longer than u128
+        // units of 2^-32 ns.
+        let slow = Rate::from_bps(1).unwrap();
+        assert_eq!(slow.tx_time_ns(4_000_000_000), u64::MAX);
+        assert_eq!(slow.tx_time_fp(u64::MAX), u128::MAX);
     }
 
     proptest::proptest! {

@@ -1154,3 +1154,64 @@ fn a_root_limit_over_fq_holds_per_window_with_mixed_packet_sizes() {
         }
     }
 }
+
+#[test]
+fn htb_guarantees_a_rate_at_once_after_a_class_borrowed_for_a_long_time() {
+    // 1 Gbit/s link. Gold: rate 600M, weight 1. Bronze: no rate, weight 10. Gold alone first
+    // borrows the whole link for 2 s; then bronze comes. Gold's 600M is guaranteed whatever it
+    // borrowed before (Linux HTB charges borrowed bytes to the lender, not to the class's
+    // rate): gold must get it from the first 100 ms window on, not only after its "debt" of
+    // 2 s * 400M has been paid back at bronze's expense.
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Htb));
+    let gold = b.child(
+        root,
+        NodeSpec::new("gold", PolicyKind::Fifo)
+            .reservation(Rate::mbit(600))
+            .weight(1),
+    );
+    let bronze = b.child(root, NodeSpec::new("bronze", PolicyKind::Fifo).weight(10));
+    b.rule(vec![Match::Class(0)], gold);
+    b.rule(vec![Match::Class(1)], bronze);
+    let mut s = b.build().unwrap();
+    let mut host = Host::new();
+    let link = Some(Rate::gbit(1));
+    let alone = host.run(&mut s, &[(0, 0, 1500)], 8, link, S, 3 * S);
+    let gold_alone = bytes_by(&alone, |d| d.class)[&0] as f64 * 8.0 / 2e6;
+    assert!(gold_alone > 990.0, "gold borrows the link: {gold_alone:.1}");
+    let both = host.run(&mut s, &[(1, 1, 1500)], 8, link, 3 * S, 3 * S + S / 2);
+    for (i, start) in (0..5).map(|i| (i, 3 * S + i * 100 * MS)) {
+        let window: Vec<Departure> = both
+            .iter()
+            .copied()
+            .filter(|d| d.at >= start && d.at < start + 100 * MS)
+            .collect();
+        let gold_mbit =
+            bytes_by(&window, |d| d.class).get(&0).copied().unwrap_or(0) as f64 * 8.0 / 1e5;
+        assert!(
+            (gold_mbit - 600.0).abs() < 12.0,
+            "window {i}: gold {gold_mbit:.1} Mbit/s, guaranteed 600"
+        );
+    }
+}
+
+#[test]
+fn a_reservation_of_one_bit_per_second_with_gigabyte_packets_builds_and_runs() {
+    // A packet's time at the reservation is near 2^64 ns: the reservation queue's window, the
+    // tags and the policy file's compilation saturate instead of overflowing.
+    for policy in ["htb", "hclock"] {
+        let text = format!(
+            "[scheduler]\nmax_packet = \"1GB\"\ndefault = \"a\"\n\
+             [[node]]\nname = \"r\"\npolicy = \"{policy}\"\n\
+             [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fifo\"\nreservation = \"1bit\"\n\
+             [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\n"
+        );
+        let mut s = sluice_sched::config::build_str(&text, "t.toml").unwrap();
+        let mut out = Vec::new();
+        for (i, now) in (0..6u64).map(|i| (i, i * S)) {
+            s.enqueue(now, &packet(i, 0, 1, 1_000_000_000)).unwrap();
+            out.extend(s.dequeue(now).map(|d| d.token));
+        }
+        assert_eq!(out, [0, 1, 2, 3, 4, 5], "{policy}");
+    }
+}

@@ -44,23 +44,27 @@ impl Rls {
         Self::ranks(tags, cfg)
     }
 
-    /// Charge a member for `sent`: its share tags always; its reservation tag if
+    /// Charge a member for `sent` at `now`: its share tags always; its reservation tag if
     /// `reservation_too`; and the share queue's virtual time only if the share queue served it
     /// (`from` = 1): SFQ's virtual time is the start tag of what the *share* phase serves, and
     /// letting reservation service move it would reset everyone's tags to the reserved member's.
-    fn charge(
-        &mut self,
-        tags: &mut Tags,
-        cfg: &MemberCfg,
-        sent: &Meta,
-        reservation_too: bool,
-        from: usize,
-    ) {
+    ///
+    /// The reservation tag runs at most one packet ahead of `now`: a member served while it is
+    /// ahead (HTB charging bytes it borrowed) owes nothing beyond the packet just sent. Without
+    /// that bound an HTB class that borrowed the link for hours lost its guaranteed rate for
+    /// hours once others came (Linux HTB charges borrowed bytes to the lender, not to the
+    /// class's rate), and a tiny rate's tag overflowed. A reservation served when due (`a <=
+    /// now`, all of hClock's) is charged in full.
+    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>, reservation_too: bool) {
+        let sent = s.sent;
         if let (Some(res), true) = (cfg.reservation, reservation_too) {
-            tags.a += res.tx_time_ns(u64::from(sent.len));
+            tags.a = tags
+                .a
+                .min(s.now)
+                .saturating_add(res.tx_time_ns(u64::from(sent.len)));
         }
         tags.c = tags.b + vt(sent.len, cfg.weight);
-        if from == 1 {
+        if s.from == 1 {
             self.v = self.v.max(tags.b);
         }
     }
@@ -78,7 +82,7 @@ impl Rls {
                 .min_reservation
                 .map_or(1_000_000, |r| r.tx_time_ns(u64::from(cx.max_len)));
             RankShape::Moving {
-                span: 4 * slowest.max(1),
+                span: slowest.max(1).saturating_mul(4),
                 dense: false,
             }
         } else {
@@ -134,7 +138,7 @@ impl Policy for HClock {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s.sent, s.from == 0, s.from);
+        self.0.charge(tags, cfg, s, s.from == 0);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
@@ -147,7 +151,9 @@ impl Policy for HClock {
 /// HTB-like: each child has a `rate` it is guaranteed (its reservation), a `ceil` it may not
 /// exceed (its gate) and a weight for borrowing spare bandwidth. A child under its rate is
 /// served first; above it, it borrows by weight up to its ceil. Everything a child sends counts
-/// against its rate, as in HTB.
+/// against its rate, so a child that gets its rate by borrowing is not served from it too; but
+/// a child never owes more than the packet it just sent, so its rate is guaranteed again as
+/// soon as borrowing gives it less (as Linux HTB, which does not charge borrowed bytes to it).
 #[derive(Debug, Default)]
 pub struct Htb(Rls);
 
@@ -157,7 +163,7 @@ impl Policy for Htb {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s.sent, true, s.from);
+        self.0.charge(tags, cfg, s, true);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
