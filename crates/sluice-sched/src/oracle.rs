@@ -216,9 +216,14 @@ impl OracleTree {
             }
         };
         let meta = Meta::new(p, id, now);
+        let leaf_burst = self.nodes[leaf as usize].flow_rate.map_or(0, |l| l.1);
         let f = &mut self.flows[id as usize];
-        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::new(p.fields.pacing_bps)) {
-            g.set_rate(r);
+        // A packet's pacing rate updates its flow's gate, or gives it one.
+        if let Some(r) = Rate::new(p.fields.pacing_bps) {
+            match f.gate.as_mut() {
+                Some(g) => g.set_rate(r),
+                None => f.gate = Some(Gate::new(r, leaf_burst)),
+            }
         }
         if self.beyond_reject {
             if let (Some(g), true) = (

@@ -498,9 +498,13 @@ impl Scheduler {
         };
         let meta = Meta::new(p, flow, now);
         let f = &mut self.flows.flows[flow as usize];
-        // The packet's own pacing rate (Carousel: set by the transport) updates the gate.
-        if let (Some(g), Some(r)) = (f.gate.as_mut(), Rate::new(pacing)) {
-            g.set_rate(r);
+        // The packet's own pacing rate (Carousel: set by the transport) updates the gate, or
+        // gives one to a flow that had none (its earlier packets carried no rate).
+        if let Some(r) = Rate::new(pacing) {
+            match f.gate.as_mut() {
+                Some(g) => g.set_rate(r),
+                None => f.gate = Some(Gate::new(r, leaf_rate.map_or(0, |l| l.1))),
+            }
         }
         // A hard limit turns away a packet that would wait beyond the shaper's horizon.
         if self.beyond_horizon == Overflow::Reject {

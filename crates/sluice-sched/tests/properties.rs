@@ -1215,3 +1215,82 @@ fn a_reservation_of_one_bit_per_second_with_gigabyte_packets_builds_and_runs() {
         assert_eq!(out, [0, 1, 2, 3, 4, 5], "{policy}");
     }
 }
+
+/// Two greedy classes `a` and `c` of equal weight under an hClock or HTB root.
+fn two_classes(policy: PolicyKind, a_reserves: Option<Rate>) -> (Scheduler, NodeId) {
+    let mut b = TreeBuilder::new(cfg(10_000));
+    let root = b.root(NodeSpec::new("root", policy));
+    let mut a = NodeSpec::new("a", PolicyKind::Fifo);
+    a.member.reservation = a_reserves;
+    let a = b.child(root, a);
+    let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo));
+    b.rule(vec![Match::Class(0)], a);
+    b.rule(vec![Match::Class(1)], c);
+    (b.build().unwrap(), a)
+}
+
+/// Mbit/s of class `class` among `deps` in `[start, start + len)`.
+fn mbit_in(deps: &[Departure], class: u32, start: u64, len: u64) -> f64 {
+    let bytes: u64 = deps
+        .iter()
+        .filter(|d| d.class == class && d.at >= start && d.at < start + len)
+        .map(|d| u64::from(d.len))
+        .sum();
+    bytes as f64 * 8.0 / len as f64 * 1e3
+}
+
+#[test]
+fn a_reservation_given_at_run_time_claims_no_time_from_before() {
+    // Equal weights on a 1 Gbit/s link: 500/500. A 300 Mbit/s reservation for `a`, below
+    // its share, changes nothing; it used to date from when `a` became backlogged, 2 s
+    // before, and `a` took the whole link for 0.86 s to catch up.
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let (mut s, a) = two_classes(policy, None);
+        let mut host = Host::new();
+        let link = Some(Rate::gbit(1));
+        let flows = [(0, 0, 1500), (1, 1, 1500)];
+        host.run(&mut s, &flows, 4, link, S, 3 * S);
+        assert!(s.set_reservation(a, Some(Rate::mbit(300))));
+        let deps = host.run(&mut s, &[], 0, link, 3 * S, 3 * S + S / 2);
+        for w in 0..5 {
+            let start = 3 * S + w * 100 * MS;
+            let mbit = mbit_in(&deps, 0, start, 100 * MS);
+            assert!(
+                (mbit - 500.0).abs() < 12.0,
+                "{policy}, window {w}: a got {mbit:.1} Mbit/s, its share is 500"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
+    // The flow's first packet carries no rate, so the flow is made without a gate; the rate
+    // its next packets carry must still pace them (it was ignored until the flow was
+    // reclaimed).
+    let mut b = TreeBuilder::new(cfg(100));
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fq));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    s.enqueue(S, &packet(0, 0, 7, 1500)).unwrap();
+    assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+    for t in 1..=5 {
+        let mut p = packet(t, 0, 7, 1500);
+        p.fields.pacing_bps = 12_000_000; // 1500 B per ms
+        s.enqueue(S, &p).unwrap();
+    }
+    let mut times = Vec::new();
+    let mut now = S;
+    while let Some(t) = s.next_event(now) {
+        now = t.max(now);
+        if let Some(d) = s.dequeue(now) {
+            times.push((d.token, now - S));
+        }
+    }
+    // 1 ms apart, to within the shaper's slot (1024 ns by default).
+    assert_eq!(times.len(), 5, "{times:?}");
+    for (i, &(token, at)) in times.iter().enumerate() {
+        assert_eq!(token, i as u64 + 1);
+        assert!(at.abs_diff(i as u64 * MS) < 1024, "{times:?}");
+    }
+}

@@ -13,7 +13,17 @@ use super::{
     set_clock,
 };
 use crate::packet::Meta;
+use crate::units::Rate;
 use sluice_queue::Rank;
+
+/// A reservation's charge for a packet of `len` bytes: its time at `res` in ns, rounded to
+/// the nearest and at least 1. Truncating, as before, charged a 1-byte packet at 10 Gbit/s
+/// nothing, and its member took the whole link from the reservation queue; rounded, the charge
+/// is within half a nanosecond per packet (0.4% for 64-byte packets at 30 Gbit/s).
+fn charge_ns(res: Rate, len: u32) -> u64 {
+    let fp = res.tx_time_fp(u64::from(len)).saturating_add(1 << 31);
+    u64::try_from(fp >> 32).unwrap_or(u64::MAX).max(1)
+}
 
 fn vt(len: u32, weight: u32) -> u64 {
     u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
@@ -55,13 +65,19 @@ impl Rls {
     /// hours once others came (Linux HTB charges borrowed bytes to the lender, not to the
     /// class's rate), and a tiny rate's tag overflowed. A reservation served when due (`a <=
     /// now`, all of hClock's) is charged in full.
+    ///
+    /// A member without a reservation keeps its tag at the time it was last served, so that a
+    /// reservation given to it at run time (`set_reservation`) starts from then: before, the
+    /// tag was the time the member became backlogged, and a member backlogged for 2 s took
+    /// the whole link for 0.86 s to "catch up" on a reservation it never had.
     fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>, reservation_too: bool) {
         let sent = s.sent;
-        if let (Some(res), true) = (cfg.reservation, reservation_too) {
-            tags.a = tags
-                .a
-                .min(s.now)
-                .saturating_add(res.tx_time_ns(u64::from(sent.len)));
+        match (cfg.reservation, reservation_too) {
+            (Some(res), true) => {
+                tags.a = tags.a.min(s.now).saturating_add(charge_ns(res, sent.len));
+            }
+            (Some(_), false) => {}
+            (None, _) => tags.a = tags.a.max(s.now),
         }
         tags.c = tags.b + vt(sent.len, cfg.weight);
         if s.from == 1 {
@@ -166,5 +182,53 @@ impl Policy for Htb {
         self.0.charge(tags, cfg, s, true);
         tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HClock, Htb};
+    use crate::packet::Meta;
+    use crate::policy::{MemberCfg, NoBacklog, Policy, Service, Tags};
+    use crate::units::Rate;
+
+    /// The reservation tag after `n` packets of `len` bytes served from the reservation queue
+    /// of `policy`, each when due, starting at 0.
+    fn tag_after(policy: &mut dyn Policy, res: Rate, len: u32, n: u64) -> u64 {
+        let cfg = MemberCfg {
+            reservation: Some(res),
+            ..MemberCfg::default()
+        };
+        let sent = Meta {
+            len,
+            ..Meta::default()
+        };
+        let mut tags = Tags::default();
+        for _ in 0..n {
+            let s = Service {
+                sent: &sent,
+                available: 1,
+                backlog: &NoBacklog,
+                from: 0,
+                now: tags.a,
+            };
+            policy.served(&mut tags, &cfg, &s);
+        }
+        tags.a
+    }
+
+    #[test]
+    fn reservation_tags_advance_within_half_a_nanosecond_per_packet() {
+        // Truncated to whole ns, 1 byte at 10 Gbit/s (0.8 ns) charged nothing: the member
+        // was due forever and took the whole link from the reservation queue.
+        for policy in [
+            &mut HClock::default() as &mut dyn Policy,
+            &mut Htb::default(),
+        ] {
+            assert_eq!(tag_after(policy, Rate::gbit(10), 1, 1000), 1000);
+            // 64 B at 30 Gbit/s: 17.07 ns, charged 17 (0.4%), not 0 or 18.
+            assert_eq!(tag_after(policy, Rate::gbit(30), 64, 1000), 17_000);
+            assert_eq!(tag_after(policy, Rate::gbit(1), 1500, 1000), 12_000_000);
+        }
     }
 }
