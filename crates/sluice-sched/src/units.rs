@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(g.tx_time_ns(1 << 40), (1u64 << 40) * 8);
         assert_eq!(g.tx_time_fp(1 << 40), u128::from((1u64 << 40) * 8) << 32);
         // u64::MAX bytes at 1 Gbit/s: within u128 in fixed point, beyond u64 in ns.
-        assert_eq!(g.tx_time_fp(u64::MAX), u128::from(u64::MAX) * 8 << 32);
+        assert_eq!(g.tx_time_fp(u64::MAX), (u128::from(u64::MAX) * 8) << 32);
         assert_eq!(g.tx_time_ns(u64::MAX), u64::MAX);
         // 4 GB at 1 bit/s is longer than u64 nanoseconds; u64::MAX bytes longer than u128
         // units of 2^-32 ns.
