@@ -355,33 +355,33 @@ impl TreeBuilder {
                 "max_packet must be at least 1 byte".into(),
             ));
         }
+        // Linear in the nodes (a policy file may name tens of thousands): names in a set,
+        // each node's slot in its parent and its depth as it is added, parents coming first.
         let mut children: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+        let mut slots = vec![0u32; n];
+        let mut depth = vec![1usize; n];
+        let mut names = std::collections::HashSet::with_capacity(n);
         for (i, (spec, parent)) in self.specs.iter().enumerate() {
-            if self.specs[..i].iter().any(|(s, _)| s.name == spec.name) {
+            if !names.insert(spec.name.as_str()) {
                 return Err(BuildError::DuplicateName(spec.name.clone()));
             }
             if let Some(p) = parent {
-                if *p as usize >= i {
+                let p = *p as usize;
+                if p >= i {
                     return Err(BuildError::Invalid(format!(
                         "node `{}`: its parent must be built before it",
                         spec.name
                     )));
                 }
-                children[*p as usize].push(i as NodeId);
+                slots[i] = children[p].len() as u32;
+                children[p].push(i as NodeId);
+                depth[i] = depth[p] + 1;
+                if depth[i] > MAX_DEPTH {
+                    return Err(BuildError::TooDeep(spec.name.clone()));
+                }
             }
             Self::check_member(&spec.name, &spec.member)?;
             Self::check_member(&spec.name, &spec.flows)?;
-        }
-        // Depth.
-        for i in 0..n {
-            let (mut d, mut cur) = (1, self.specs[i].1);
-            while let Some(p) = cur {
-                d += 1;
-                cur = self.specs[p as usize].1;
-            }
-            if d > MAX_DEPTH {
-                return Err(BuildError::TooDeep(self.specs[i].0.name.clone()));
-            }
         }
         for r in &self.rules {
             if r.leaf as usize >= n || !children[r.leaf as usize].is_empty() {
@@ -468,16 +468,10 @@ impl TreeBuilder {
                 }
                 queues.push(qs);
             }
-            let slot = parent.map_or(0, |p| {
-                children[p as usize]
-                    .iter()
-                    .position(|&c| c as usize == i)
-                    .unwrap_or(0) as u32
-            });
             nodes.push(NodePlan {
                 name: spec.name.clone(),
                 parent: *parent,
-                slot,
+                slot: slots[i],
                 children: children[i].clone(),
                 leaf,
                 mode,
@@ -523,11 +517,16 @@ impl TreeBuilder {
             .nodes
             .into_iter()
             .map(|p| {
+                // Each queue built alone in `plan`; all of them together may still not fit.
                 let queues = p
                     .queues
                     .iter()
                     .map(|q| q.build::<u32>())
-                    .collect::<Result<Vec<_>, _>>();
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|source| BuildError::Queue {
+                        node: p.name.clone(),
+                        source,
+                    });
                 queues.map(|queues| Node {
                     name: p.name,
                     parent: p.parent,
@@ -548,8 +547,7 @@ impl TreeBuilder {
                     stats: NodeStats::default(),
                 })
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(BuildError::Shaper)?;
+            .collect::<Result<Vec<_>, _>>()?;
         let shaper = plan.shaper.build::<u32>().map_err(BuildError::Shaper)?;
         Scheduler::from_parts(
             nodes,

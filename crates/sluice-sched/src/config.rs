@@ -67,7 +67,7 @@ use crate::policy::{MAX_WEIGHT, MemberCfg, PolicyKind};
 use crate::tree::{MAX_DEPTH, NodeId, Scheduler};
 use crate::units::{self, Rate, UnitError};
 use serde::Deserialize;
-use sluice_queue::{Overflow, QueueKind};
+use sluice_queue::{ConfigError, Overflow, QueueKind};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::IpAddr;
@@ -127,13 +127,25 @@ pub enum PolicyError {
         /// What would have been right.
         expected: String,
     },
+    /// The file is valid, and each of its parts could be built alone, but not the whole tree
+    /// (memory ran out): no one line is at fault.
+    #[error(
+        "{file}: cannot build the tree: {error}; expected queues and tables that fit in \
+         memory together: fewer `buckets`, or a smaller `capacity` or `flows`"
+    )]
+    Build {
+        /// The file.
+        file: String,
+        /// Why.
+        error: BuildError,
+    },
 }
 
 impl PolicyError {
     /// Where in the file the problem is (`None` for read errors).
     pub fn location(&self) -> Option<&Location> {
         match self {
-            PolicyError::Io { .. } => None,
+            PolicyError::Io { .. } | PolicyError::Build { .. } => None,
             PolicyError::Invalid { at, .. } => Some(at),
         }
     }
@@ -167,17 +179,12 @@ pub fn build_file(path: &Path) -> Result<Scheduler, PolicyError> {
     finish(builder, &path.display().to_string())
 }
 
-/// Build a compiled tree. Compiling already ran the builder's checks, so this fails only if the
-/// builder changed its mind (it names no line then).
+/// Build a compiled tree. Compiling already ran the builder's checks, each queue built alone,
+/// so this fails only when all of them together do not fit in memory.
 fn finish(builder: TreeBuilder, file: &str) -> Result<Scheduler, PolicyError> {
-    builder.build().map_err(|e| PolicyError::Invalid {
-        at: Location {
-            file: file.to_string(),
-            line: 1,
-            col: None,
-        },
-        what: e.to_string(),
-        expected: "a tree the scheduler can build".into(),
+    builder.build().map_err(|error| PolicyError::Build {
+        file: file.to_string(),
+        error,
     })
 }
 
@@ -834,25 +841,36 @@ impl Ctx<'_> {
         if let Some(start) = seen.iter().position(|s| !s) {
             // Every node has one parent and the root is reached, so a node not reached is
             // below a cycle of parent links: follow them until one repeats.
+            // `at_step[i]`: where node i is on the path (linear, for cycles of any length).
             let mut path = vec![start];
+            let mut at_step = vec![usize::MAX; defs.len()];
+            at_step[start] = 0;
             let mut cur = start;
             let cycle = loop {
                 let Some(p) = parent[cur] else {
                     break vec![cur]; // not possible: only the root has no parent
                 };
-                if let Some(at) = path.iter().position(|&x| x == p) {
-                    break path.split_off(at);
+                if at_step[p] != usize::MAX {
+                    break path.split_off(at_step[p]);
                 }
+                at_step[p] = path.len();
                 path.push(p);
                 cur = p;
             };
             let first = cycle.iter().copied().min().unwrap_or(start);
             let at = cycle.iter().position(|&x| x == first).unwrap_or(0);
+            // A long cycle shows its first nodes and how many there are, not one huge line.
+            const SHOWN: usize = 8;
             let mut names: Vec<&str> = cycle[at..]
                 .iter()
                 .chain(&cycle[..at])
+                .take(SHOWN)
                 .map(|&i| defs[i].spec.name.as_str())
                 .collect();
+            let more = format!("... ({} nodes)", cycle.len());
+            if cycle.len() > SHOWN {
+                names.push(&more);
+            }
             names.push(defs[first].spec.name.as_str());
             let span = defs[first]
                 .parent
@@ -951,7 +969,16 @@ impl Ctx<'_> {
                 let span = node(n).map_or(whole_file, |d| {
                     d.queue_span.clone().unwrap_or(d.policy_span.clone())
                 });
-                let expected = if matches!(e, BuildError::Queue { .. }) {
+                let expected = if matches!(
+                    e,
+                    BuildError::Queue {
+                        source: ConfigError::OutOfMemory { .. },
+                        ..
+                    }
+                ) {
+                    "a queue that fits in memory: fewer `buckets`, or a smaller `[scheduler]` \
+                     `capacity` (every queue is sized for all of it)"
+                } else if matches!(e, BuildError::Queue { .. }) {
                     "a queue its kind can build: fewer `buckets`, another `granularity`, \
                      or `queue = \"auto\"`"
                 } else {
@@ -1611,6 +1638,18 @@ queue = "binary_heap"
                     [[node]]\nname = \"b\"\nparent = \"a\"\npolicy = \"wfq\"\n\
                     [[node]]\nname = \"c\"\nparent = \"b\"\npolicy = \"fifo\"\n";
         fails(text, 6, &["cycle: a -> b -> a", "root `r`"]);
+        // A long cycle: its first nodes and its length, on one short line.
+        let mut long = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
+        for i in 0..1000 {
+            let p = (i + 1) % 1000;
+            long += &format!("[[node]]\nname = \"c{i}\"\nparent = \"c{p}\"\npolicy = \"wfq\"\n");
+        }
+        let e = error(&long);
+        assert!(
+            e.contains("c0 -> c1 -> ") && e.contains("... (1000 nodes) -> c0"),
+            "{e}"
+        );
+        assert!(e.len() < 300, "{e}");
         let own = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
                    [[node]]\nname = \"x\"\nparent = \"x\"\npolicy = \"fifo\"\n";
         fails(own, 6, &["cycle: x -> x"]);
