@@ -153,6 +153,8 @@ impl PolicyError {
 
 /// Compile policy file text (`file` names it in errors) to a builder and its configuration.
 pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
+    // A byte order mark is not part of the text (and would shift the columns of line 1).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let cx = Ctx { text, file };
     cx.compile()
 }
@@ -160,11 +162,39 @@ pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig),
 /// Read and compile a policy file.
 pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| PolicyError::Io {
+    let bytes = std::fs::read(path).map_err(|error| PolicyError::Io {
         file: file.clone(),
         error,
     })?;
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => return Err(not_utf8(&file, e.as_bytes(), e.utf8_error().valid_up_to())),
+    };
     compile_str(&text, &file)
+}
+
+/// The error for a file whose bytes from `at` on are not UTF-8: where that is.
+fn not_utf8(file: &str, bytes: &[u8], at: usize) -> PolicyError {
+    let before = &bytes[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    // Characters, not bytes, as the other errors count columns (the prefix is valid UTF-8).
+    let col = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    PolicyError::Invalid {
+        at: Location {
+            file: file.to_string(),
+            line,
+            col: Some(col),
+        },
+        what: "bytes that are not UTF-8".into(),
+        expected: "a UTF-8 text file (TOML is UTF-8)".into(),
+    }
 }
 
 /// Compile policy file text and build its scheduler.
@@ -355,11 +385,18 @@ impl Ctx<'_> {
                 None => (message.clone(), "valid TOML (https://toml.io)".to_string()),
             },
         };
-        if let Some(key) = what.strip_prefix("unknown field ") {
-            what = format!("unknown key {key}");
+        if what.contains("$__toml_private_datetime") {
+            // toml's internal name for a date-time, reported as an unknown key.
+            what = "a date-time value".into();
+            expected = "a string, number or table, as docs/policy-files.md shows".into();
+        } else if let Some(key) = what.strip_prefix("unknown field ") {
+            what = format!("unknown key {}", shorten(key));
             expected = format!("a known key here: {expected}");
+        } else if what.starts_with("invalid type: integer") && what.contains("i128") {
+            what = "an integer too large".into();
+            expected = "an integer below 2^63".into();
         } else if what == "duplicate key" {
-            what = format!("duplicate key `{}`", self.snippet(span.clone()));
+            what = format!("duplicate key `{}`", shorten(self.snippet(span.clone())));
             expected = "each key at most once in a table".into();
         }
         if what == "invalid type: map" && expected == "a sequence" {
@@ -377,7 +414,12 @@ impl Ctx<'_> {
             ("struct RawQueueTable", "a table"),
             ("struct RawFile", "a table"),
         ] {
-            if expected == serde_name {
+            // serde says `struct RawNode`, or `struct RawNode with 4 elements` for an array
+            // where the table belongs.
+            if expected.starts_with(serde_name) {
+                if what.starts_with("invalid length") {
+                    what = "an array".into();
+                }
                 expected = ours.to_string();
             }
         }
@@ -1201,10 +1243,9 @@ impl Ctx<'_> {
                 (p, p)
             }
             Value::String(s) => {
-                let port = |t: &str| {
-                    t.trim()
-                        .parse::<u16>()
-                        .map_err(|_| bad("is not a port range"))
+                let port = |t: &str| match t.trim().parse::<u64>() {
+                    Ok(p) => u16::try_from(p).map_err(|_| bad("is out of range")),
+                    Err(_) => Err(bad("is not a port range")),
                 };
                 match s.split_once('-') {
                     Some((a, b)) => (port(a)?, port(b)?),
@@ -1242,6 +1283,14 @@ struct Tree {
 }
 
 /// A value as the file wrote it (strings quoted and shortened).
+/// `text` cut to 40 characters, for echoing what a file says in an error.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(40) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::String(s) => {
@@ -1253,7 +1302,8 @@ fn show(v: &Value) -> String {
             }
         }
         Value::Integer(i) => i.to_string(),
-        Value::Float(f) => f.to_string(),
+        // Debug keeps the point and the exponent: `1500000000.0`, `1e300`.
+        Value::Float(f) => format!("{f:?}"),
         Value::Boolean(b) => b.to_string(),
         Value::Datetime(d) => d.to_string(),
         Value::Array(_) => "[...]".into(),
@@ -1653,6 +1703,59 @@ queue = "binary_heap"
         let own = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
                    [[node]]\nname = \"x\"\nparent = \"x\"\npolicy = \"fifo\"\n";
         fails(own, 6, &["cycle: x -> x"]);
+    }
+
+    #[test]
+    fn toml_structure_errors_speak_the_files_language() {
+        // serde's names for our structs, toml's internal date-time key, i128: none leak.
+        fails(
+            "[[scheduler]]\ncapacity = 10\n",
+            1,
+            &["an array", "a `[scheduler]` table"],
+        );
+        fails(&tree_with("queue = 1979-05-27"), 4, &["a date-time value"]);
+        fails(
+            "[scheduler]\ncapacity = 99999999999999999999\n",
+            2,
+            &["an integer too large", "below 2^63"],
+        );
+        // Echoes stay short; floats show as floats.
+        let long = format!("[scheduler]\n{} = 1\n", "k".repeat(3000));
+        let e = error(&long);
+        assert!(e.contains("unknown key `kkk") && e.len() < 300, "{e}");
+        fails(
+            &tree_with("rate = 1.5e9"),
+            4,
+            &["`rate` = 1500000000.0 is a float"],
+        );
+        // A port beyond 65535 in a range is out of range, not malformed.
+        let rule = "[[classify]]\nto = \"gold\"\ndport = \"1-70000\"\n";
+        fails(
+            &(tree_with("") + rule),
+            15,
+            &["\"1-70000\" is out of range"],
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_text_and_other_encodings_are_located() {
+        let e = error("\u{feff}capasity = 3\n");
+        assert!(e.starts_with("t.toml:1:1: unknown key `capasity`"), "{e}");
+        let dir = std::env::temp_dir().join(format!("sluice-latin1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.toml");
+        std::fs::write(&path, b"[scheduler]\n# caf\xe9\ncapacity = 10\n").unwrap();
+        let e = compile_file(&path)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            e.ends_with(
+                "p.toml:2:6: bytes that are not UTF-8; expected a UTF-8 text file (TOML is UTF-8)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

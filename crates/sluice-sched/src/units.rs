@@ -173,61 +173,156 @@ impl Rate {
             .unwrap_or(t);
         let lower = t.to_ascii_lowercase();
         let (number, scale) = [
-            ("tbit", 1e12),
-            ("gbit", 1e9),
-            ("mbit", 1e6),
-            ("kbit", 1e3),
-            ("bit", 1.0),
+            ("tbit", 1_000_000_000_000),
+            ("gbit", 1_000_000_000),
+            ("mbit", 1_000_000),
+            ("kbit", 1_000),
+            ("bit", 1),
         ]
         .iter()
         .find_map(|&(unit, scale)| lower.strip_suffix(unit).map(|n| (n.trim(), scale)))
         .ok_or_else(malformed)?;
-        let value: f64 = number.parse().map_err(|_| malformed())?;
-        if !value.is_finite() || value <= 0.0 {
-            return Err(UnitError::OutOfRange {
-                text: text.into(),
-                what: "rate",
-                why: "a rate must be positive",
-            });
+        let out_of_range = |why| UnitError::OutOfRange {
+            text: text.into(),
+            what: "rate",
+            why,
+        };
+        let bps = match read_number(number, scale).ok_or_else(malformed)? {
+            Number::Exact(x) => {
+                if x.whole == Some(0) {
+                    // Below 1 bit/s: zero is not a rate at all, and a fraction of a bit is
+                    // refused rather than rounded up to 1 (as the f64 parser did).
+                    return Err(out_of_range(if x.inexact {
+                        "rates must be at least 1 bit/s"
+                    } else {
+                        "a rate must be positive"
+                    }));
+                }
+                // Nearest bit/s; a whole part beyond u128 is far beyond the limit anyway.
+                x.whole
+                    .and_then(|w| w.checked_add(u128::from(x.half_up)))
+                    .unwrap_or(u128::MAX)
+            }
+            Number::Float(bps) => {
+                if bps <= 0.0 {
+                    return Err(out_of_range("a rate must be positive"));
+                }
+                if bps < 1.0 {
+                    return Err(out_of_range("rates must be at least 1 bit/s"));
+                }
+                // Saturates: an infinite product (`1e309bit`) is simply too large.
+                bps.round() as u128
+            }
+        };
+        match u64::try_from(bps) {
+            Ok(bps) if bps <= MAX_RATE_BPS => Rate::from_bps(bps),
+            _ => Err(out_of_range("rates must be below 2^63 bit/s")),
         }
-        let bps = value * scale;
-        if bps >= MAX_RATE_BPS as f64 {
-            return Err(UnitError::OutOfRange {
-                text: text.into(),
-                what: "rate",
-                why: "rates must be below 2^63 bit/s",
-            });
-        }
-        if bps < 1.0 {
-            return Err(UnitError::OutOfRange {
-                text: text.into(),
-                what: "rate",
-                why: "rates must be at least 1 bit/s",
-            });
-        }
-        Rate::from_bps(bps.round() as u64)
     }
 }
 
+/// Decimal units of a rate, largest first, with their size in bit/s.
+const RATE_UNITS: [(&str, u64); 5] = [
+    ("Tbit", 1_000_000_000_000),
+    ("Gbit", 1_000_000_000),
+    ("Mbit", 1_000_000),
+    ("kbit", 1_000),
+    ("bit", 1),
+];
+
+/// Digits printed after the point at most, so that `1.5Gbit` reads as such and not as
+/// `1500000000bit`, while an odd rate still prints exactly (`1234.567kbit`).
+const RATE_DECIMALS: u32 = 3;
+
+/// Exact, so that `Rate::parse(&rate.to_string()) == Ok(rate)` for every rate: the largest unit
+/// not above the rate in which it has at most [`RATE_DECIMALS`] decimals (`1.5Gbit`, `10Mbit`),
+/// else a smaller one (`1234.567kbit`, never a rounded `1.235Mbit`); `bit` always fits.
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0.get() as f64;
-        let (v, u) = if b >= 1e12 {
-            (b / 1e12, "Tbit")
-        } else if b >= 1e9 {
-            (b / 1e9, "Gbit")
-        } else if b >= 1e6 {
-            (b / 1e6, "Mbit")
-        } else if b >= 1e3 {
-            (b / 1e3, "kbit")
-        } else {
-            (b, "bit")
-        };
-        if v.fract() == 0.0 {
-            write!(f, "{v:.0}{u}")
-        } else {
-            write!(f, "{}{u}", format!("{v:.3}").trim_end_matches('0'))
+        let b = self.0.get();
+        let step = |unit: u64| (unit / 10u64.pow(RATE_DECIMALS)).max(1);
+        let (name, unit) = RATE_UNITS
+            .iter()
+            .copied()
+            .find(|&(_, unit)| unit <= b && b % step(unit) == 0)
+            .unwrap_or(("bit", 1));
+        let (whole, rest) = (b / unit, b % unit);
+        if rest == 0 {
+            return write!(f, "{whole}{name}");
         }
+        // Only units of 1000 bit/s or more leave a remainder, a multiple of `unit / 1000`:
+        // three decimals, printed without trailing zeros (`1.5`, not `1.500`).
+        let digits = format!("{:03}", rest / step(unit));
+        write!(f, "{whole}.{}{name}", digits.trim_end_matches('0'))
+    }
+}
+
+/// A number as [`read_number`] found it, multiplied by its unit.
+enum Number {
+    /// A plain decimal (`1500`, `1.5`, `.25`), multiplied exactly.
+    Exact(Exact),
+    /// Any other form Rust reads (`1e9`, `-5`), multiplied in floating point: perhaps
+    /// negative or infinite (`1e309`), never NaN.
+    Float(f64),
+}
+
+/// The exact product of a plain decimal and a whole unit, split at the point.
+struct Exact {
+    /// The whole part; `None` beyond u128, which is beyond every limit here.
+    whole: Option<u128>,
+    /// The fractional part is at least one half (for rounding to nearest).
+    half_up: bool,
+    /// There is a fractional part.
+    inexact: bool,
+}
+
+/// `number * scale`, or `None` if `number` is not a number. Plain decimals are read exactly
+/// (f64 would turn 2^63 - 1 into 2^63, and 2^53 + 1 into 2^53), of any length; exponent forms
+/// and signs go through f64. NaN and infinity spelled out (`nan`, `inf`, which Rust's f64
+/// parser accepts) are not numbers here.
+fn read_number(number: &str, scale: u64) -> Option<Number> {
+    let plain = number.strip_prefix('+').unwrap_or(number);
+    let (int, frac) = plain.split_once('.').unwrap_or((plain, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if digits(int) && digits(frac) && !(int.is_empty() && frac.is_empty()) {
+        return Some(Number::Exact(scale_decimal(int, frac, scale)));
+    }
+    // Only digits, signs, points and exponents: this keeps out `nan`, `inf` and `infinity`.
+    if !number
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    Some(Number::Float(value * scale as f64))
+}
+
+/// `int.frac * scale` exactly, for strings of ASCII digits.
+fn scale_decimal(int: &str, frac: &str, scale: u64) -> Exact {
+    let scale = u128::from(scale);
+    // `int * scale`, or `None` past 2^128: beyond every limit, so "too large" either way.
+    let whole = int.bytes().try_fold(0u128, |acc, d| {
+        acc.checked_mul(10)?.checked_add(u128::from(d - b'0'))
+    });
+    let whole = whole.and_then(|w| w.checked_mul(scale));
+    // `0.frac * scale` by Horner's rule from the last digit, so that any number of digits fits:
+    // if `q + e` (`q` whole, `0 <= e < 1`) is the product for the digits after `d`, the
+    // product from `d` on is `(d * scale + q + e) / 10`, whose whole part is
+    // `(d * scale + q) / 10` (below `scale`: no overflow) and whose fractional part is
+    // `(remainder + e) / 10`. That is nonzero if any step left a remainder, and at least a
+    // half if the last step (the first digit) left 5 or more.
+    let (mut q, mut half_up, mut inexact) = (0u128, false, false);
+    for d in frac.bytes().rev() {
+        let n = u128::from(d - b'0') * scale + q;
+        q = n / 10;
+        half_up = n % 10 >= 5;
+        inexact |= n % 10 != 0;
+    }
+    Exact {
+        whole: whole.and_then(|w| w.checked_add(q)),
+        half_up,
+        inexact,
     }
 }
 
@@ -240,37 +335,53 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
         expected: EXPECTED,
     };
     let t = text.trim();
-    let units: [(&str, f64); 8] = [
-        ("KiB", 1024.0),
-        ("MiB", 1024.0 * 1024.0),
-        ("GiB", 1024.0 * 1024.0 * 1024.0),
-        ("kB", 1e3),
-        ("KB", 1e3),
-        ("MB", 1e6),
-        ("GB", 1e9),
-        ("B", 1.0),
+    let units: [(&str, u64); 8] = [
+        ("KiB", 1 << 10),
+        ("MiB", 1 << 20),
+        ("GiB", 1 << 30),
+        ("kB", 1_000),
+        ("KB", 1_000),
+        ("MB", 1_000_000),
+        ("GB", 1_000_000_000),
+        ("B", 1),
     ];
     let (number, scale) = units
         .iter()
         .find_map(|&(u, s)| t.strip_suffix(u).map(|n| (n.trim(), s)))
-        .unwrap_or((t, 1.0));
-    let value: f64 = number.parse().map_err(|_| malformed())?;
-    let bytes = value * scale;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 2f64.powi(63) {
-        return Err(UnitError::OutOfRange {
-            text: text.into(),
-            what: "size",
-            why: "sizes must be between 0 and 2^63 bytes",
-        });
-    }
-    if bytes.fract() != 0.0 {
-        return Err(UnitError::OutOfRange {
-            text: text.into(),
-            what: "size",
-            why: "a size must be a whole number of bytes",
-        });
-    }
-    Ok(bytes as u64)
+        .unwrap_or((t, 1));
+    let out_of_range = |why| UnitError::OutOfRange {
+        text: text.into(),
+        what: "size",
+        why,
+    };
+    let too_large = || out_of_range("sizes must be below 2^63 bytes");
+    let not_whole = || out_of_range("a size must be a whole number of bytes");
+    let bytes = match read_number(number, scale).ok_or_else(malformed)? {
+        Number::Exact(x) => {
+            let bytes = x.whole.ok_or_else(too_large)?;
+            // Too large before fractional: the more useful thing to hear about `1e30.5`.
+            if bytes > i64::MAX as u128 {
+                return Err(too_large());
+            }
+            if x.inexact {
+                return Err(not_whole());
+            }
+            bytes as u64
+        }
+        Number::Float(bytes) => {
+            if bytes < 0.0 {
+                return Err(out_of_range("sizes must be between 0 and 2^63 bytes"));
+            }
+            if bytes >= 2f64.powi(63) {
+                return Err(too_large()); // infinite too (`1e309`)
+            }
+            if bytes.fract() != 0.0 {
+                return Err(not_whole());
+            }
+            bytes as u64
+        }
+    };
+    Ok(bytes)
 }
 
 /// Parse a duration into nanoseconds: `10ms`, `250us`, `1.5s`, `800ns`.
@@ -283,25 +394,43 @@ pub fn parse_duration(text: &str) -> Result<u64, UnitError> {
     };
     let t = text.trim();
     let (number, scale) = [
-        ("ns", 1.0),
-        ("us", 1e3),
-        ("µs", 1e3),
-        ("ms", 1e6),
-        ("s", 1e9),
+        ("ns", 1),
+        ("us", 1_000),
+        ("µs", 1_000),
+        ("ms", 1_000_000),
+        ("s", 1_000_000_000),
     ]
     .iter()
     .find_map(|&(u, s)| t.strip_suffix(u).map(|n| (n.trim(), s)))
     .ok_or_else(malformed)?;
-    let value: f64 = number.parse().map_err(|_| malformed())?;
-    let ns = value * scale;
-    if !ns.is_finite() || ns < 0.0 || ns >= 2f64.powi(63) {
-        return Err(UnitError::OutOfRange {
-            text: text.into(),
-            what: "duration",
-            why: "durations must be between 0 and 2^63 ns",
-        });
+    let out_of_range = |why| UnitError::OutOfRange {
+        text: text.into(),
+        what: "duration",
+        why,
+    };
+    let too_long = || out_of_range("durations must be below 2^63 ns");
+    match read_number(number, scale).ok_or_else(malformed)? {
+        Number::Exact(x) => {
+            // Nearest nanosecond.
+            let ns = x
+                .whole
+                .and_then(|w| w.checked_add(u128::from(x.half_up)))
+                .ok_or_else(too_long)?;
+            if ns > i64::MAX as u128 {
+                return Err(too_long());
+            }
+            Ok(ns as u64)
+        }
+        Number::Float(ns) => {
+            if ns < 0.0 {
+                return Err(out_of_range("durations must be between 0 and 2^63 ns"));
+            }
+            if ns >= 2f64.powi(63) {
+                return Err(too_long()); // infinite too (`1e309s`)
+            }
+            Ok(ns.round() as u64)
+        }
     }
-    Ok(ns.round() as u64)
 }
 
 #[cfg(test)]
@@ -419,5 +548,204 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), 1_500_000_000);
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("-1ms").is_err());
+    }
+
+    #[test]
+    fn rates_parse_exactly() {
+        let exact = |t: &str| Rate::parse(t).map(Rate::bps);
+        // f64 made 2^63 - 1 into 2^63 (refused) and 2^63 - 513 into 2^63 - 1024.
+        assert_eq!(exact("9223372036854775807bit"), Ok(MAX_RATE_BPS));
+        assert_eq!(
+            exact("9223372036854775295bit"),
+            Ok(9_223_372_036_854_775_295)
+        );
+        assert_eq!(exact("9223372036854775.807kbit"), Ok(MAX_RATE_BPS));
+        assert_eq!(exact("9223372036854775807.4bit"), Ok(MAX_RATE_BPS));
+        assert_eq!(exact("1.000000001Gbit"), Ok(1_000_000_001));
+        assert_eq!(exact("0.0000001Tbit"), Ok(100_000));
+        assert_eq!(exact("+1.5kbit"), Ok(1_500));
+        assert_eq!(exact(".5kbit"), Ok(500));
+        assert_eq!(exact("2.kbit"), Ok(2_000));
+        assert_eq!(exact("00010bit"), Ok(10));
+        // The fraction of a bit rounds to nearest, however many digits it has.
+        assert_eq!(exact("1.5bit"), Ok(2));
+        assert_eq!(exact("1.4999999999999999999999999bit"), Ok(1));
+        assert_eq!(exact("1.0000000005kbit"), Ok(1_000));
+        assert_eq!(exact("1.0005kbit"), Ok(1_001));
+        let long = format!("1.{}5kbit", "0".repeat(100_000));
+        assert_eq!(exact(&long), Ok(1_000));
+        let zeros = format!("{}7bit", "0".repeat(100_000));
+        assert_eq!(exact(&zeros), Ok(7));
+    }
+
+    /// The reason a text was refused: `Ok` for a range error's, `Err` for a malformed one.
+    fn why(e: UnitError) -> Result<&'static str, String> {
+        match e {
+            UnitError::OutOfRange { why, .. } => Ok(why),
+            e @ UnitError::Malformed { .. } => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn rate_errors_say_why() {
+        let why = |t: &str| why(Rate::parse(t).unwrap_err());
+        let huge = format!("{}bit", "9".repeat(100_000));
+        for too_large in [
+            "9223372036854775808bit",
+            "9223372036854775807.5bit",
+            "9223372036854775.808kbit",
+            "1e309bit",
+            "1e30bit",
+            "99999999999999999999999999999999999999999Tbit",
+            &huge,
+        ] {
+            assert_eq!(
+                why(too_large),
+                Ok("rates must be below 2^63 bit/s"),
+                "{too_large}"
+            );
+        }
+        for not_positive in ["0bit", "0.0Gbit", "-5Mbit", "-1e309bit", "0e5bit"] {
+            assert_eq!(
+                why(not_positive),
+                Ok("a rate must be positive"),
+                "{not_positive}"
+            );
+        }
+        for below_one in ["0.5bit", "0.0000000000001Tbit", "5e-1bit"] {
+            assert_eq!(
+                why(below_one),
+                Ok("rates must be at least 1 bit/s"),
+                "{below_one}"
+            );
+        }
+        for nan in [
+            "NaNbit",
+            "nanGbit",
+            "infbit",
+            "infGbit",
+            "-infbit",
+            "+infinitybit",
+            "INFbit",
+            "bit",
+            ".bit",
+            "1..5bit",
+            "1.5.kbit",
+            "1_000bit",
+            "0x10bit",
+            "1 0bit",
+            "e9bit",
+        ] {
+            let e = why(nan).unwrap_err();
+            assert!(e.contains("is not a rate"), "{nan}: {e}");
+        }
+    }
+
+    #[test]
+    fn display_is_exact() {
+        for (bps, text) in [
+            (1_000_000_001, "1000000.001kbit"),
+            (999_999_999, "999999.999kbit"),
+            (999_999_900, "999999.9kbit"),
+            (1_234_567, "1234.567kbit"),
+            (1_235_000, "1.235Mbit"),
+            (1_000, "1kbit"),
+            (1_001, "1.001kbit"),
+            (1, "1bit"),
+            (1_500_000_000_000, "1.5Tbit"),
+            (1_500_000_001_000, "1500000.001Mbit"),
+            (MAX_RATE_BPS, "9223372036854775.807kbit"),
+            (9_000_000_000_000_000_000, "9000000Tbit"),
+        ] {
+            let rate = Rate::from_bps(bps).unwrap();
+            assert_eq!(rate.to_string(), text);
+            assert_eq!(Rate::parse(text), Ok(rate));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_rate_prints_and_parses_back(bps in 1u64..(1 << 63)) {
+            let rate = Rate::from_bps(bps).unwrap();
+            let text = rate.to_string();
+            proptest::prop_assert!(!text.contains(".b") && !text.contains(".k"), "{text}");
+            proptest::prop_assert_eq!(Rate::parse(&text), Ok(rate), "{}", text);
+        }
+
+        #[test]
+        fn round_rates_print_and_parse_back(m in 1u64..1_000_000, zeros in 0u32..13) {
+            // Uniform u64s are nearly all odd; these have the trailing zeros units are for.
+            let rate = Rate::from_bps(m * 10u64.pow(zeros)).unwrap();
+            let text = rate.to_string();
+            proptest::prop_assert!(text.len() <= "999999Tbit".len() + 4, "{text}");
+            proptest::prop_assert_eq!(Rate::parse(&text), Ok(rate), "{}", text);
+        }
+    }
+
+    #[test]
+    fn sizes_parse_exactly() {
+        // f64 made 2^53 + 1 into 2^53.
+        assert_eq!(parse_size("9007199254740993"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("9007199254740993B"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("9223372036854775807"), Ok(i64::MAX as u64));
+        assert_eq!(parse_size("1.5MB"), Ok(1_500_000));
+        assert_eq!(parse_size("1.5KiB"), Ok(1_536));
+        assert_eq!(parse_size("0.0009765625KiB"), Ok(1));
+        assert_eq!(parse_size("1.000000001GB"), Ok(1_000_000_001));
+        assert_eq!(parse_size("1e3"), Ok(1_000));
+        assert_eq!(parse_size("0"), Ok(0));
+        let why = |t: &str| why(parse_size(t).unwrap_err());
+        let huge = "9".repeat(100_000);
+        for too_large in [
+            "9223372036854775808",
+            "8589934592GiB",
+            "1e309",
+            "1e19B",
+            "99999999999999999999.5",
+            &huge,
+        ] {
+            assert_eq!(
+                why(too_large),
+                Ok("sizes must be below 2^63 bytes"),
+                "{too_large}"
+            );
+        }
+        for fraction in ["1.1KiB", "0.5", "1.0000000001GB", "1.5e0B"] {
+            assert_eq!(
+                why(fraction),
+                Ok("a size must be a whole number of bytes"),
+                "{fraction}"
+            );
+        }
+        assert_eq!(why("-1B"), Ok("sizes must be between 0 and 2^63 bytes"));
+        for nan in [
+            "NaN", "NaNB", "inf", "infinity", "-inf", "infKiB", "", "B", "1,5KiB",
+        ] {
+            let e = why(nan).unwrap_err();
+            assert!(e.contains("is not a size"), "{nan}: {e}");
+        }
+    }
+
+    #[test]
+    fn durations_parse_exactly() {
+        assert_eq!(parse_duration("9223372036854775807ns"), Ok(i64::MAX as u64));
+        assert_eq!(
+            parse_duration("9007199254740993ns"),
+            Ok(9_007_199_254_740_993)
+        );
+        assert_eq!(parse_duration("1.0000000005s"), Ok(1_000_000_001));
+        assert_eq!(parse_duration("0.4ns"), Ok(0));
+        let why = |t: &str| why(parse_duration(t).unwrap_err());
+        for too_long in ["9223372036854775808ns", "1e309s", "9223372037s"] {
+            assert_eq!(
+                why(too_long),
+                Ok("durations must be below 2^63 ns"),
+                "{too_long}"
+            );
+        }
+        for nan in ["NaNs", "infs", "infinityms"] {
+            let e = why(nan).unwrap_err();
+            assert!(e.contains("is not a duration"), "{nan}: {e}");
+        }
     }
 }
