@@ -1534,6 +1534,28 @@ queue = "binary_heap"
         assert!(!d.contains("every packet is rejected"), "{d}");
     }
 
+    /// Settings that build but cannot do what they seem to: coarse priority buckets, a
+    /// reservation above the node's own limit. And only the parameters that take effect.
+    #[test]
+    fn the_description_notes_settings_that_cannot_take_effect() {
+        let text = "[scheduler]\ndefault = \"a\"\n\
+                    [[node]]\nname = \"r\"\npolicy = \"htb\"\n\
+                    [[node]]\nname = \"p\"\nparent = \"r\"\npolicy = \"prio\"\n\
+                    reservation = \"5Gbit\"\nrate = \"1Mbit\"\n\
+                    queue = { kind = \"ffs\", buckets = 1 }\n\
+                    [[node]]\nname = \"a\"\nparent = \"p\"\npolicy = \"fq\"\n\
+                    priority = 0\nweight = 7\nflow_quantum = 1514\n";
+        let d = build_str(text, "t.toml").unwrap().describe();
+        for want in [
+            "note: node `p`: its queue holds 256 priority levels per bucket",
+            "note: node `p`: its reservation 5Gbit is above its own rate limit 1Mbit",
+            "] priority 0 flows: quantum 1514B",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        assert!(!d.contains("weight 7"), "prio takes no weight:\n{d}");
+    }
+
     #[test]
     fn nodes_may_come_in_any_order() {
         let forward = tree_with("");

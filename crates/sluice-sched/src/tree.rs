@@ -1245,6 +1245,7 @@ impl Scheduler {
                 }
             }
         }
+        self.describe_node_notes(&mut out);
         let s = &self.shaper_spec;
         let shape = if self.horizon_ns == u64::MAX {
             format!("{} (exact: no horizon)", s.kind)
@@ -1269,6 +1270,42 @@ impl Scheduler {
             self.flow_capacity(),
         );
         out
+    }
+
+    /// Notes on settings that build but cannot do what they seem to say.
+    fn describe_node_notes(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for n in &self.nodes {
+            // Strict priority on buckets of several levels: those levels leave in arrival order.
+            let q = &n.queue_specs[0];
+            if n.policy.name() == "prio" && !q.kind.exact() && q.granularity > 1 {
+                let _ = writeln!(
+                    out,
+                    "note: node `{}`: its queue holds {} priority levels per bucket, and those \
+                     leave in arrival order",
+                    n.name, q.granularity
+                );
+            }
+            // A reservation above the node's own limit: the limit wins.
+            let Some(p) = n.parent else { continue };
+            let parent = &self.nodes[p as usize];
+            let reservation = parent.member_cfg[n.slot as usize].reservation;
+            if let (Some(r), Some(g), true) = (
+                reservation,
+                n.gate,
+                matches!(parent.policy.name(), "hclock" | "htb"),
+            ) {
+                if r > g.rate() {
+                    let _ = writeln!(
+                        out,
+                        "note: node `{}`: its reservation {r} is above its own rate limit {}, \
+                         which it never exceeds",
+                        n.name,
+                        g.rate()
+                    );
+                }
+            }
+        }
     }
 
     fn describe_node(&self, n: NodeId, lead: &str, child_lead: &str, out: &mut String) {
@@ -1299,30 +1336,24 @@ impl Scheduler {
         );
         if let Some(p) = node.parent {
             let m = &self.nodes[p as usize].member_cfg[node.slot as usize];
-            let _ = write!(out, " weight {}", m.weight);
-            if self.nodes[p as usize].policy.name() == "drr" {
-                let _ = write!(out, " quantum {}B", m.quantum);
-            }
-            if let Some(pr) = m.priority {
-                let _ = write!(out, " priority {pr}");
-            }
-            if let Some(r) = m.reservation {
-                let _ = write!(out, " reservation {r}");
-            }
+            out.push_str(&member_params(self.nodes[p as usize].policy.name(), m));
         }
         if let Some(g) = node.gate {
             let _ = write!(out, " rate {} burst {}B", g.rate(), g.burst());
         }
         if node.leaf {
-            let f = &node.member_cfg[0];
             if let Some((r, b)) = node.flow_rate {
                 let _ = write!(out, " flow_rate {r} burst {b}B");
             }
-            if f.reservation.is_some() || f.weight != 1 {
-                let _ = write!(out, " flows: weight {}", f.weight);
-                if let Some(r) = f.reservation {
-                    let _ = write!(out, " reservation {r}");
-                }
+            // Every flow of a leaf has the same weight: shown only if set.
+            let f = &node.member_cfg[0];
+            let flows = member_params(node.policy.name(), f);
+            let flows = match flows.strip_prefix(" weight 1") {
+                Some(rest) if f.weight == 1 => rest.to_string(),
+                _ => flows,
+            };
+            if !flows.is_empty() {
+                let _ = write!(out, " flows:{flows}");
             }
         }
         out.push('\n');
@@ -1380,6 +1411,25 @@ impl Scheduler {
             .map(|&c| available[c as usize])
             .sum()
     }
+}
+
+/// What of a member's configuration its node's `policy` uses, as ` weight 2 reservation
+/// 10Mbit`: only that, so that the compiled tree shows what takes effect.
+fn member_params(policy: &str, m: &MemberCfg) -> String {
+    let mut out = String::new();
+    if matches!(policy, "wfq" | "hclock" | "htb") {
+        out += &format!(" weight {}", m.weight);
+    }
+    if matches!(policy, "drr" | "fq") {
+        out += &format!(" quantum {}B", m.quantum);
+    }
+    if let (true, Some(p)) = (policy == "prio", m.priority) {
+        out += &format!(" priority {p}");
+    }
+    if let (true, Some(r)) = (matches!(policy, "hclock" | "htb"), m.reservation) {
+        out += &format!(" reservation {r}");
+    }
+    out
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first
