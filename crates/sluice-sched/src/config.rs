@@ -28,7 +28,7 @@
 //! queue = "timing_wheel"      # or an exact kind: binary_heap, btree, skiplist
 //!
 //! [[node]]
-//! name = "root"               # required, unique
+//! name = "root"               # required, unique: 1-64 letters, digits, `-_.:/`
 //! policy = "wfq"              # required: fifo prio wfq drr edf lstf pfabric (srpt) lqf hclock htb fq
 //! parent = "root"             # omitted only for the one root
 //! queue = "auto"              # or a kind like "cffs", or { kind = "cffs", buckets = 4096, granularity = 1024 }
@@ -162,7 +162,7 @@ pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig),
 /// Read and compile a policy file.
 pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|error| PolicyError::Io {
+    let bytes = read_capped(path).map_err(|error| PolicyError::Io {
         file: file.clone(),
         error,
     })?;
@@ -171,6 +171,26 @@ pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyErr
         Err(e) => return Err(not_utf8(&file, e.as_bytes(), e.utf8_error().valid_up_to())),
     };
     compile_str(&text, &file)
+}
+
+/// Largest policy file read: far above any real tree (65 536 nodes take about 5 MB), and
+/// small enough that `/dev/zero` or a wrong path to a disk image fails at once.
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The file's bytes, refusing more than [`MAX_FILE_BYTES`].
+fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB; a policy file is text of a few KB",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The error for a file whose bytes from `at` on are not UTF-8: where that is.
@@ -513,6 +533,17 @@ impl Ctx<'_> {
             Some(v) => self.duration("horizon", v, 1)?,
             None => default_horizon,
         };
+        if horizon < slot {
+            let span = match (&s.horizon, &s.slot) {
+                (Some(v), _) | (None, Some(v)) => v.span(),
+                (None, None) => raw.span(),
+            };
+            return Err(self.err(
+                span,
+                format!("a {horizon} ns `horizon` is shorter than one {slot} ns `slot`"),
+                "a `horizon` of at least one `slot` (the wheel holds horizon / slot slots)",
+            ));
+        }
         let slots = horizon.div_ceil(slot);
         if slots > MAX_BUCKETS {
             // Only a given `slot` or `horizon` can make too many slots.
@@ -568,9 +599,13 @@ impl Ctx<'_> {
                 "`name = \"...\"`, unique in the file",
             ));
         };
-        const NAME: &str = "a non-empty name without spaces or control characters";
+        const NAME: &str = "a name of 1 to 64 letters, digits and `-_.:/`";
         let name = self.string("name", name_v, NAME)?;
-        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        // Names appear in messages, `sluice top` and metrics labels: invisible or
+        // direction-changing characters (a zero-width space, U+202E) and quotes would make two
+        // names look alike or garble what prints them.
+        let usable = |c: char| c.is_alphanumeric() || "-_.:/".contains(c);
+        if name.is_empty() || name.chars().count() > 64 || !name.chars().all(usable) {
             return Err(self.err(
                 name_v.span(),
                 format!("`name` = {} is not a usable name", show(name_v.get_ref())),
@@ -1657,7 +1692,7 @@ queue = "binary_heap"
         fails(
             "[[node]]\nname = \"\"\npolicy = \"fifo\"\n",
             2,
-            &["`name`", "non-empty"],
+            &["`name`", "1 to 64"],
         );
         fails(
             "[[node]]\nname = \"a b\"\npolicy = \"fifo\"\n",
@@ -1772,11 +1807,45 @@ queue = "binary_heap"
             .map(|e| e.to_string())
             .unwrap_or_default();
         std::fs::remove_dir_all(&dir).unwrap();
+        let zero = compile_file(Path::new("/dev/zero"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            zero.contains("/dev/zero: cannot read: larger than 64 MiB"),
+            "{zero}"
+        );
         assert!(
             e.ends_with(
                 "p.toml:2:6: bytes that are not UTF-8; expected a UTF-8 text file (TOML is UTF-8)"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn node_names_are_short_and_visible() {
+        for bad in ["a\u{200b}", "a\u{202e}b", "a`b", "a b", "", &"n".repeat(65)] {
+            let text = format!("[[node]]\nname = \"{bad}\"\npolicy = \"fifo\"\n");
+            fails(&text, 2, &["is not a usable name", "1 to 64 letters"]);
+        }
+        for good in ["vm-db", "best_effort", "tenant.1", "gold:web/v2", "vidéo"] {
+            let text = format!("[[node]]\nname = \"{good}\"\npolicy = \"fifo\"\n");
+            assert!(compile_str(&text, "t.toml").is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn a_horizon_shorter_than_a_slot_is_refused() {
+        fails(
+            "[shaper]\nslot = \"1s\"\nhorizon = \"1ns\"\n",
+            3,
+            &["shorter than one"],
+        );
+        fails(
+            "[shaper]\nhorizon = \"1ns\"\n",
+            2,
+            &["1 ns `horizon`", "1024 ns `slot`"],
         );
     }
 

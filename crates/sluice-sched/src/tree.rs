@@ -1255,12 +1255,15 @@ impl Scheduler {
             } else {
                 "clamp"
             };
+            // Seconds to the millisecond, or nanoseconds for a horizon below it.
+            let horizon = if self.horizon_ns >= 1_000_000 {
+                format!("{:.3} s", self.horizon_ns as f64 / 1e9)
+            } else {
+                format!("{} ns", self.horizon_ns)
+            };
             format!(
-                "{} {} slots x {} ns (horizon {:.3} s), beyond horizon: {beyond}",
-                s.kind,
-                s.buckets,
-                s.granularity,
-                self.horizon_ns as f64 / 1e9,
+                "{} {} slots x {} ns (horizon {horizon}), beyond horizon: {beyond}",
+                s.kind, s.buckets, s.granularity,
             )
         };
         let _ = writeln!(
