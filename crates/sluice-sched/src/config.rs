@@ -533,11 +533,12 @@ impl Ctx<'_> {
             Some(v) => self.duration("horizon", v, 1)?,
             None => default_horizon,
         };
+        // Only a given `slot` or `horizon` can be wrong: the one to point at.
+        let span = match (&s.horizon, &s.slot) {
+            (Some(v), _) | (None, Some(v)) => v.span(),
+            (None, None) => raw.span(),
+        };
         if horizon < slot {
-            let span = match (&s.horizon, &s.slot) {
-                (Some(v), _) | (None, Some(v)) => v.span(),
-                (None, None) => raw.span(),
-            };
             return Err(self.err(
                 span,
                 format!("a {horizon} ns `horizon` is shorter than one {slot} ns `slot`"),
@@ -546,11 +547,6 @@ impl Ctx<'_> {
         }
         let slots = horizon.div_ceil(slot);
         if slots > MAX_BUCKETS {
-            // Only a given `slot` or `horizon` can make too many slots.
-            let span = match (&s.horizon, &s.slot) {
-                (Some(v), _) | (None, Some(v)) => v.span(),
-                (None, None) => raw.span(),
-            };
             return Err(self.err(
                 span,
                 format!("a {horizon} ns `horizon` in {slot} ns `slot`s is {slots} slots"),
