@@ -87,6 +87,40 @@ pub struct Rule {
     pub leaf: u16,
 }
 
+impl Rule {
+    /// Why no packet can satisfy every condition of this rule, if none can: addresses of two
+    /// families, or ports with a protocol that has none.
+    pub fn never_matches(&self) -> Option<&'static str> {
+        let family = |m: &Match| match m {
+            Match::Src(a, _) | Match::Dst(a, _) => Some(a.is_ipv4()),
+            _ => None,
+        };
+        let families: Vec<bool> = self.all.iter().filter_map(family).collect();
+        if families.windows(2).any(|w| w[0] != w[1]) {
+            return Some("its addresses are of two families (IPv4 and IPv6)");
+        }
+        let ports = self
+            .all
+            .iter()
+            .any(|m| matches!(m, Match::Sport(..) | Match::Dport(..)));
+        // TCP, UDP, DCCP, SCTP and UDP-Lite carry ports; the parser reads TCP's and UDP's.
+        let portless = self
+            .all
+            .iter()
+            .any(|m| matches!(m, Match::Proto(p) if !matches!(p, 6 | 17 | 33 | 132 | 136)));
+        if ports && portless {
+            return Some("it asks for ports with a protocol that has none");
+        }
+        None
+    }
+
+    /// Whether every packet this rule matches is matched by `earlier` too (whose conditions
+    /// are a subset of this one's), so that, coming after it, this rule is never reached.
+    pub fn shadowed_by(&self, earlier: &Rule) -> bool {
+        earlier.all.iter().all(|m| self.all.contains(m))
+    }
+}
+
 /// Ordered rules plus a default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Classifier {

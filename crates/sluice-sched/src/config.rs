@@ -1588,6 +1588,26 @@ queue = "binary_heap"
     }
 
     #[test]
+    fn the_description_notes_rules_that_never_send_a_packet() {
+        let rules = "[[classify]]\nto = \"gold\"\nsrc = \"10.0.0.0/8\"\ndst = \"fd00::/8\"\n\
+                     [[classify]]\nto = \"gold\"\nproto = \"icmp\"\ndport = 80\n\
+                     [[classify]]\nto = \"gold\"\ndscp = 46\n\
+                     [[classify]]\nto = \"bronze\"\ndscp = 46\nproto = \"udp\"\n\
+                     [[classify]]\nto = \"bronze\"\nproto = \"udp\"\ndport = 53\n";
+        let d = build_str(&(tree_with("") + rules), "t.toml")
+            .unwrap()
+            .describe();
+        for want in [
+            "note: rule 1 matches no packet: its addresses are of two families",
+            "note: rule 2 matches no packet: it asks for ports with a protocol that has none",
+            "note: rule 4 is never reached: rule 3 before it matches all it would",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        assert!(!d.contains("rule 3 is") && !d.contains("rule 5"), "{d}");
+    }
+
+    #[test]
     fn nodes_may_come_in_any_order() {
         let forward = tree_with("");
         let backward = "[[node]]\nname = \"bronze\"\nparent = \"root\"\npolicy = \"fifo\"\n\

@@ -1209,7 +1209,8 @@ impl Scheduler {
         let mut out = String::new();
         self.describe_node(0, "", "", &mut out);
         let name = |l: u16| self.nodes[l as usize].name.as_str();
-        for r in &self.classifier.rules {
+        let rules = &self.classifier.rules;
+        for (i, r) in rules.iter().enumerate() {
             let conds: Vec<String> = r.all.iter().map(|m| format!("{m}")).collect();
             let conds = if conds.is_empty() {
                 "any".to_string()
@@ -1217,6 +1218,17 @@ impl Scheduler {
                 conds.join(" and ")
             };
             let _ = writeln!(out, "classify: {conds} -> {}", name(r.leaf));
+            // Rules that can never send a packet: said right under them (numbered from 1).
+            if let Some(why) = r.never_matches() {
+                let _ = writeln!(out, "note: rule {} matches no packet: {why}", i + 1);
+            } else if let Some(j) = rules[..i].iter().position(|e| r.shadowed_by(e)) {
+                let _ = writeln!(
+                    out,
+                    "note: rule {} is never reached: rule {} before it matches all it would",
+                    i + 1,
+                    j + 1
+                );
+            }
         }
         match self.classifier.default {
             Some(d) => {
@@ -1230,7 +1242,6 @@ impl Scheduler {
         }
         // A leaf that no rule names and that is not the default never receives a packet (all of
         // them, said once above, when there is neither).
-        let rules = &self.classifier.rules;
         if self.classifier.default.is_some() || !rules.is_empty() {
             for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.leaf) {
                 let reached = self.classifier.default == Some(i as u16)
