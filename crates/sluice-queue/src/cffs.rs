@@ -177,7 +177,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         if self.store.len() == 0 {
             self.base = key - key % self.n;
         } else if key < self.base
-            && key + self.n >= self.base
+            && key >= self.base.saturating_sub(self.n)
             && self.ranges[1 - self.primary].is_empty()
             && self.store.len() < self.store.capacity()
         {
@@ -193,10 +193,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
             (1 - self.primary, d - self.n)
         } else {
             match self.overflow {
-                Overflow::Clamp => {
-                    self.stats.clamped += 1;
-                    (1 - self.primary, self.n - 1)
-                }
+                Overflow::Clamp => (1 - self.primary, self.n - 1),
                 Overflow::Reject => {
                     self.stats.rejected_range += 1;
                     return Err(PushError::OutOfRange { rank, item });
@@ -209,6 +206,8 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         if fresh {
             self.ranges[range].insert(off as usize);
         }
+        // Counted once filed: a push refused as full was not clamped.
+        self.stats.clamped += u64::from(d >= 2 * self.n);
         Ok(handle)
     }
 

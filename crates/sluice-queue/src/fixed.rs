@@ -161,24 +161,23 @@ impl<T: Copy, I: BucketIndex> FixedRangeQueue<T, I> {
         })
     }
 
-    /// The bucket for `rank`, or `None` if it is out of range and rejected.
+    /// The bucket for `rank` and whether it was clamped there, or `None` if it is out of range
+    /// and rejected. A clamp is counted by the caller once the item is filed (a push refused as
+    /// full is not a clamp).
     #[inline]
-    fn bucket_of(&mut self, rank: Rank) -> Option<usize> {
+    fn bucket_of(&mut self, rank: Rank) -> Option<(usize, bool)> {
         let last = self.store.buckets() - 1;
         let bucket = if rank < self.base {
             0
         } else {
             let b = self.granularity.bucket(rank - self.base);
             if b <= last as u64 {
-                return Some(b as usize);
+                return Some((b as usize, false));
             }
             last
         };
         match self.overflow {
-            Overflow::Clamp => {
-                self.stats.clamped += 1;
-                Some(bucket)
-            }
+            Overflow::Clamp => Some((bucket, true)),
             Overflow::Reject => {
                 self.stats.rejected_range += 1;
                 None
@@ -227,15 +226,17 @@ impl<T: Copy, I: BucketIndex> FixedRangeQueue<T, I> {
 impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
     #[inline]
     fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
-        let Some(bucket) = self.bucket_of(rank) else {
+        let Some((bucket, clamped)) = self.bucket_of(rank) else {
             return Err(PushError::OutOfRange { rank, item });
         };
-        self.push_in(bucket, rank, item)
+        let handle = self.push_in(bucket, rank, item)?;
+        self.stats.clamped += u64::from(clamped);
+        Ok(handle)
     }
 
     #[inline]
     fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
-        let Some(bucket) = self.bucket_of(rank) else {
+        let Some((bucket, clamped)) = self.bucket_of(rank) else {
             let _ = self.remove(handle);
             return Err(PushError::OutOfRange { rank, item });
         };
@@ -243,10 +244,13 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for FixedRangeQueue<T, I> {
             if from != bucket {
                 self.index.moved(from, bucket);
             }
+            self.stats.clamped += u64::from(clamped);
             return Ok(handle);
         }
         let _ = self.remove(handle);
-        self.push_in(bucket, rank, item)
+        let handle = self.push_in(bucket, rank, item)?;
+        self.stats.clamped += u64::from(clamped);
+        Ok(handle)
     }
 
     #[inline]

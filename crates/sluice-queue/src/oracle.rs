@@ -104,7 +104,13 @@ impl KeyModel {
                 let k = rank / *granularity;
                 match max {
                     None => *base = k - k % *buckets,
-                    Some(m) if k < *base && k + *buckets >= *base && m < *base + *buckets => {
+                    // Stored keys are at least `base`; written without sums that could wrap
+                    // near u64::MAX, where the queue works too.
+                    Some(m)
+                        if k < *base
+                            && k >= base.saturating_sub(*buckets)
+                            && m - *base < *buckets =>
+                    {
                         if room {
                             *base -= *buckets;
                         }
@@ -115,7 +121,7 @@ impl KeyModel {
                 if k - *base < 2 * *buckets {
                     Some(k)
                 } else if *overflow == Overflow::Clamp {
-                    Some(*base + 2 * *buckets - 1)
+                    Some(base.saturating_add(2 * *buckets - 1))
                 } else {
                     None
                 }
@@ -259,7 +265,7 @@ impl<T: Copy> Oracle<T> {
         let min = self.min_key();
         if let KeyModel::Circular { base, buckets, .. } = &mut self.model {
             if let Some(k) = min {
-                if k >= *base + *buckets {
+                if k - *base >= *buckets {
                     *base += *buckets;
                 }
             }

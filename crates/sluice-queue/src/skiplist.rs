@@ -35,6 +35,8 @@ pub struct SkipListQueue<T> {
     seq: u64,
     rng: u64,
     stats: QueueStats,
+    /// Generation of a node's first use: per queue, so that another queue's handles are stale.
+    seed: NonZeroU32,
 }
 
 impl<T: Copy> SkipListQueue<T> {
@@ -50,6 +52,7 @@ impl<T: Copy> SkipListQueue<T> {
             seq: 0,
             rng: 0x2545_F491_4F6C_DD1D,
             stats: QueueStats::default(),
+            seed: crate::store::next_seed(),
         })
     }
 
@@ -137,7 +140,7 @@ impl<T: Copy> RankQueue<T> for SkipListQueue<T> {
             rank,
             seq: self.seq,
             item,
-            generation: NonZeroU32::MIN,
+            generation: self.seed,
             level: level as u8,
             live: true,
             next,

@@ -16,6 +16,8 @@ pub(crate) struct Slab<V> {
     free: Vec<u32>,
     len: usize,
     capacity: usize,
+    /// Generation of a slot's first use: per slab, so that another queue's handles are stale.
+    seed: NonZeroU32,
 }
 
 impl<V: Copy> Slab<V> {
@@ -25,6 +27,7 @@ impl<V: Copy> Slab<V> {
             free: reserved(capacity, "slab free list")?,
             len: 0,
             capacity,
+            seed: crate::store::next_seed(),
         })
     }
 
@@ -50,9 +53,9 @@ impl<V: Copy> Slab<V> {
         let idx = self.slots.len() as u32;
         self.slots.push(Slot {
             value: Some(value),
-            generation: NonZeroU32::MIN,
+            generation: self.seed,
         });
-        Some(Handle::new(idx, NonZeroU32::MIN))
+        Some(Handle::new(idx, self.seed))
     }
 
     /// The value at slot `idx` if it is occupied (no generation check: for internal links).

@@ -112,7 +112,9 @@ pub(crate) struct BucketStore<T> {
     stats: QueueStats,
 }
 
-fn next_seed() -> NonZeroU32 {
+/// A generation to start a new queue's handles from, different for each queue made, so that a
+/// handle of one queue is stale in another (unless 32-bit generations happen to meet).
+pub(crate) fn next_seed() -> NonZeroU32 {
     static COUNTER: AtomicU32 = AtomicU32::new(1);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // Spread consecutive stores far apart in generation space (golden-ratio stride).

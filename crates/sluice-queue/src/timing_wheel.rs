@@ -100,7 +100,7 @@ impl<T: Copy> TimingWheel<T> {
 
     /// The horizon in nanoseconds.
     pub fn horizon_ns(&self) -> u64 {
-        self.slots as u64 * self.granularity.units()
+        (self.slots as u64).saturating_mul(self.granularity.units())
     }
 
     /// The first non-empty slot: (array position, absolute slot).
@@ -153,14 +153,12 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
     #[inline]
     fn push(&mut self, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
         let ahead = self.granularity.bucket(rank).saturating_sub(self.front);
-        let ahead = if ahead < self.slots as u64 {
+        let clamped = ahead >= self.slots as u64;
+        let ahead = if !clamped {
             ahead as usize
         } else {
             match self.overflow {
-                Overflow::Clamp => {
-                    self.stats.clamped += 1;
-                    self.slots - 1
-                }
+                Overflow::Clamp => self.slots - 1,
                 Overflow::Reject => {
                     self.stats.rejected_range += 1;
                     return Err(PushError::OutOfRange { rank, item });
@@ -176,6 +174,8 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
         if fresh {
             self.occupied.set(pos);
         }
+        // Counted once filed: a push refused as full was not clamped.
+        self.stats.clamped += u64::from(clamped);
         Ok(handle)
     }
 
