@@ -33,8 +33,8 @@ pub struct HierBitmap {
 }
 
 impl HierBitmap {
-    /// An empty bitmap over `bits` buckets (at least 1).
-    pub fn new(bits: usize) -> Self {
+    /// An empty bitmap over `bits` buckets (at least 1), or `OutOfMemory`.
+    pub fn new(bits: usize) -> Result<Self, crate::ConfigError> {
         let bits = bits.clamp(1, 1 << 32);
         let (mut offsets, mut widths) = ([0; MAX_LEVELS], [0; MAX_LEVELS]);
         let mut levels = 0;
@@ -51,13 +51,13 @@ impl HierBitmap {
             }
             width = words;
         }
-        HierBitmap {
-            words: vec![0; offset],
+        Ok(HierBitmap {
+            words: crate::error::filled(offset, 0, "bitmap words")?,
             offsets,
             widths,
             levels,
             bits,
-        }
+        })
     }
 
     /// Number of buckets covered.
@@ -177,18 +177,18 @@ mod tests {
 
     #[test]
     fn levels_match_the_table() {
-        assert_eq!(HierBitmap::new(64).levels, 1);
-        assert_eq!(HierBitmap::new(65).levels, 2);
-        assert_eq!(HierBitmap::new(4096).levels, 2);
-        assert_eq!(HierBitmap::new(4097).levels, 3);
-        assert_eq!(HierBitmap::new(262_144).levels, 3);
-        assert_eq!(HierBitmap::new(262_145).levels, 4);
+        assert_eq!(HierBitmap::new(64).unwrap().levels, 1);
+        assert_eq!(HierBitmap::new(65).unwrap().levels, 2);
+        assert_eq!(HierBitmap::new(4096).unwrap().levels, 2);
+        assert_eq!(HierBitmap::new(4097).unwrap().levels, 3);
+        assert_eq!(HierBitmap::new(262_144).unwrap().levels, 3);
+        assert_eq!(HierBitmap::new(262_145).unwrap().levels, 4);
     }
 
     proptest! {
         #[test]
         fn agrees_with_a_set(bits in 1usize..20_000, ops in prop::collection::vec((0u8..3, any::<u32>(), 0usize..200), 0..300)) {
-            let mut bm = HierBitmap::new(bits);
+            let mut bm = HierBitmap::new(bits).unwrap();
             let mut set = BTreeSet::new();
             for (op, x, step) in ops {
                 let i = x as usize % bits;

@@ -20,12 +20,12 @@ pub struct HeapIndex {
 }
 
 impl HeapIndex {
-    /// An empty index over `buckets` buckets.
-    pub fn new(buckets: usize) -> Self {
-        HeapIndex {
-            heap: Vec::with_capacity(buckets),
-            pos: vec![ABSENT; buckets],
-        }
+    /// An empty index over `buckets` buckets, or `OutOfMemory`.
+    pub fn new(buckets: usize) -> Result<Self, ConfigError> {
+        Ok(HeapIndex {
+            heap: crate::error::reserved(buckets, "bucket heap")?,
+            pos: crate::error::filled(buckets, ABSENT, "bucket heap positions")?,
+        })
     }
 
     fn place(&mut self, at: usize, bucket: u32) {
@@ -109,6 +109,6 @@ impl<T: Copy> FixedRangeQueue<T, HeapIndex> {
     /// A bucket-heap queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(MAX_BUCKETS)?;
-        Self::from_parts(&cfg, g, HeapIndex::new(cfg.buckets))
+        Self::from_parts(&cfg, g, HeapIndex::new(cfg.buckets)?)
     }
 }

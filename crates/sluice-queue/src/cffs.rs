@@ -109,23 +109,23 @@ impl<T: Copy> CircularQueue<T, ApproxGradient> {
             made.push(ApproxGradient::new(alpha, cfg.buckets)?);
         }
         let mut made = made.into_iter();
-        Self::with_index(cfg, |_| made.next().expect("two indexes made above"))
+        Self::with_index(cfg, |_| Ok(made.next().expect("two indexes made above")))
     }
 }
 
 impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
     /// The circular construction over indexes made by `index(n)`; errors for zero granularity,
-    /// buckets or capacity, or too many buckets.
+    /// buckets or capacity, too many buckets, or an index `index` could not make.
     pub fn with_index(
         cfg: CircularConfig,
-        mut index: impl FnMut(usize) -> I,
+        mut index: impl FnMut(usize) -> Result<I, ConfigError>,
     ) -> Result<Self, ConfigError> {
         let granularity = Granularity::new(cfg.granularity)?;
         check_buckets(cfg.buckets, MAX_BUCKETS / 2)?;
         check_capacity(cfg.capacity)?;
         Ok(CircularQueue {
             store: BucketStore::new(2 * cfg.buckets, cfg.capacity)?,
-            ranges: [index(cfg.buckets), index(cfg.buckets)],
+            ranges: [index(cfg.buckets)?, index(cfg.buckets)?],
             primary: 0,
             base: 0,
             n: cfg.buckets as u64,

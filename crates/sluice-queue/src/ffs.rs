@@ -22,13 +22,13 @@ pub struct FlatBitmap {
 }
 
 impl FlatBitmap {
-    /// An empty bitmap over `bits` buckets.
-    pub fn new(bits: usize) -> Self {
+    /// An empty bitmap over `bits` buckets, or `OutOfMemory`.
+    pub fn new(bits: usize) -> Result<Self, ConfigError> {
         let words = bits.div_ceil(64).max(1);
-        FlatBitmap {
-            words: vec![0; words],
+        Ok(FlatBitmap {
+            words: crate::error::filled(words, 0, "bitmap words")?,
             low: words,
-        }
+        })
     }
 }
 
@@ -74,6 +74,6 @@ impl<T: Copy> FixedRangeQueue<T, FlatBitmap> {
     /// A flat FFS queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(FFS_MAX_BUCKETS)?;
-        Self::from_parts(&cfg, g, FlatBitmap::new(cfg.buckets))
+        Self::from_parts(&cfg, g, FlatBitmap::new(cfg.buckets)?)
     }
 }

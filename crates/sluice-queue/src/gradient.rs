@@ -71,8 +71,8 @@ pub struct GradientIndex {
 }
 
 impl GradientIndex {
-    /// An empty index over `buckets` buckets.
-    pub fn new(buckets: usize) -> Self {
+    /// An empty index over `buckets` buckets, or `OutOfMemory`.
+    pub fn new(buckets: usize) -> Result<Self, ConfigError> {
         let mut levels = Vec::new();
         let mut offset = 0;
         let mut width = buckets.max(1);
@@ -85,10 +85,10 @@ impl GradientIndex {
             }
             width = n;
         }
-        GradientIndex {
-            nodes: vec![Curvature::default(); offset],
+        Ok(GradientIndex {
+            nodes: crate::error::filled(offset, Curvature::default(), "gradient curvatures")?,
             levels,
-        }
+        })
     }
 }
 
@@ -145,7 +145,7 @@ impl<T: Copy> FixedRangeQueue<T, GradientIndex> {
     /// An exact gradient queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(MAX_BUCKETS)?;
-        Self::from_parts(&cfg, g, GradientIndex::new(cfg.buckets))
+        Self::from_parts(&cfg, g, GradientIndex::new(cfg.buckets)?)
     }
 }
 

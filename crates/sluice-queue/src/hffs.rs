@@ -39,6 +39,6 @@ impl<T: Copy> FixedRangeQueue<T, HierBitmap> {
     /// A hierarchical FFS queue over `cfg`'s range.
     pub fn new(cfg: RangeConfig) -> Result<Self, ConfigError> {
         let g = cfg.validate(MAX_BUCKETS)?;
-        Self::from_parts(&cfg, g, HierBitmap::new(cfg.buckets))
+        Self::from_parts(&cfg, g, HierBitmap::new(cfg.buckets)?)
     }
 }

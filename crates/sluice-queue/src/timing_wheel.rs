@@ -83,7 +83,7 @@ impl<T: Copy> TimingWheel<T> {
         let front = granularity.bucket(cfg.start_ns);
         Ok(TimingWheel {
             store: BucketStore::new(cfg.slots, cfg.capacity)?,
-            occupied: HierBitmap::new(cfg.slots),
+            occupied: HierBitmap::new(cfg.slots)?,
             front,
             front_pos: (front % cfg.slots as u64) as usize,
             slots: cfg.slots,

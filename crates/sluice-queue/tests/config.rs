@@ -219,3 +219,23 @@ fn a_wheel_whose_horizon_exceeds_u64_says_u64_max() {
     let w: TimingWheel<u32> = TimingWheel::new(WheelConfig::new(4, u64::MAX / 2, 4)).unwrap();
     assert_eq!(w.horizon_ns(), u64::MAX);
 }
+
+#[test]
+fn indexes_too_large_for_memory_are_errors_not_aborts() {
+    // They allocated infallibly: a bucket heap of 2^30 buckets aborted the process under a
+    // 1.5 GB limit where the other kinds returned OutOfMemory.
+    use sluice_queue::{bucket_heap::HeapIndex, ffs::FlatBitmap, gradient::GradientIndex};
+    let huge = usize::MAX / 8;
+    assert!(matches!(
+        HeapIndex::new(huge),
+        Err(ConfigError::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        GradientIndex::new(huge),
+        Err(ConfigError::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        FlatBitmap::new(usize::MAX),
+        Err(ConfigError::OutOfMemory { .. })
+    ));
+}
