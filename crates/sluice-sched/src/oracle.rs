@@ -98,11 +98,12 @@ pub struct OracleTree {
     ready: u32,
 }
 
-struct Fifo<'a>(&'a VecDeque<Meta>);
+/// A flow's packets at its leaf: the first `available` of its FIFO (the rest wait at its gate).
+struct Fifo<'a>(&'a VecDeque<Meta>, u32);
 
 impl Backlog for Fifo<'_> {
     fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
-        self.0.iter().for_each(f);
+        self.0.iter().take(self.1 as usize).for_each(f);
     }
 }
 
@@ -437,7 +438,7 @@ impl OracleTree {
             };
             m.available -= 1;
             let empty = VecDeque::new();
-            let backlog = Fifo(fifo.unwrap_or(&empty));
+            let backlog = Fifo(fifo.unwrap_or(&empty), m.available);
             let s = Service {
                 sent: &meta,
                 available: m.available,

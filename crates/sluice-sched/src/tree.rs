@@ -252,6 +252,10 @@ impl<T: Copy> Slab<T> {
 /// its own slots and the slab.
 struct FlowBacklog<'a> {
     head: u32,
+    /// Packets available at the leaf: the first ones of the FIFO. Those after them still
+    /// wait at the flow's gate and reach the leaf later (pFabric counted them twice, there
+    /// and when they arrived, and kept a flow at the rank of a packet that had left).
+    available: u32,
     slots: &'a [Rec],
     slab: &'a [Rec],
 }
@@ -259,7 +263,10 @@ struct FlowBacklog<'a> {
 impl Backlog for FlowBacklog<'_> {
     fn for_each(&self, f: &mut dyn FnMut(&Meta)) {
         let mut cur = self.head;
-        while cur != NIL {
+        for _ in 0..self.available {
+            if cur == NIL {
+                break;
+            }
             let r = record(self.slots, self.slab, cur);
             f(&r.meta);
             cur = r.next;
@@ -1019,6 +1026,7 @@ impl Scheduler {
                 m.available -= 1;
                 let backlog = FlowBacklog {
                     head,
+                    available: m.available,
                     slots,
                     slab: &self.packets.items,
                 };

@@ -1361,3 +1361,73 @@ fn edf_serves_deadlines_in_order_to_within_a_bucket_whatever_came_first() {
     }
     assert_eq!(s.stats().ranks_clamped, 0);
 }
+
+#[test]
+fn pfabric_ranks_a_paced_flow_by_the_packets_at_its_leaf_only() {
+    // A paced flow (3000 B of burst at 10 Mbit/s: three packets pass at once, the rest wait at
+    // its gate) whose `remaining` goes up within it (a new message on the connection). Once
+    // both packets with remaining 100 left, the flow holds only packets of 5000 and 6000; it
+    // was still ranked at 100 (the gate's packets were counted at the leaf too) and went
+    // before a flow of 1000.
+    let mut b = TreeBuilder::new(cfg(1000));
+    let mut spec = NodeSpec::new("pf", PolicyKind::Pfabric);
+    spec.flow_rate = Some(Rate::mbit(10));
+    spec.flow_burst = 3000;
+    let leaf = b.root(spec);
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    let with = |token: u64, flow: u64, remaining: u64| {
+        let mut p = packet(token, 0, flow, 1500);
+        p.fields.remaining = remaining;
+        p
+    };
+    for (i, r) in [100, 5000, 5000, 100, 6000, 6000, 6000, 6000]
+        .into_iter()
+        .enumerate()
+    {
+        s.enqueue(S, &with(i as u64, 1, r)).unwrap();
+    }
+    let mut sent = vec![s.dequeue(S).expect("the first packet passes").token];
+    let t1 = S + 5 * MS;
+    while sent.last() != Some(&3) {
+        sent.push(s.dequeue(t1).expect("flow 1 has packets").token);
+    }
+    s.enqueue(t1, &with(100, 2, 1000)).unwrap();
+    assert_eq!(
+        s.dequeue(t1).map(|d| d.flow),
+        Some(2),
+        "sent before: {sent:?}"
+    );
+}
+
+#[test]
+fn fq_keeps_a_debt_until_rounds_pay_it_however_long_the_flow_was_idle() {
+    // X overdraws with a 64 KiB frame (it owes about 21 rounds of 3028 B); Y is backlogged.
+    // 41 ms later, with only a few rounds gone, X's next frame must wait for its turn, as in
+    // Linux fq (a flow with negative credit stays on the old list, queued or not). Forgiven
+    // after 40 ms idle, X got twice its share with a frame every 41 ms.
+    let mut b = TreeBuilder::new(SchedConfig {
+        max_packet: 65_536,
+        ..cfg(10_000)
+    });
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fq));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    for t in 0..1000 {
+        s.enqueue(0, &packet(t, 0, 1, 1500)).unwrap(); // Y
+    }
+    s.enqueue(0, &packet(5000, 0, 0, 65_536)).unwrap(); // X
+    let mut n = 0;
+    while s.dequeue(n).map(|d| d.flow) != Some(0) {
+        n += 1;
+    }
+    for k in 0..4 {
+        assert_eq!(s.dequeue(n + 1 + k).map(|d| d.flow), Some(1));
+    }
+    let t = n + 41 * MS;
+    s.enqueue(t, &packet(5001, 0, 0, 65_536)).unwrap();
+    let next: Vec<u64> = (0..5)
+        .filter_map(|k| s.dequeue(t + k).map(|d| d.flow))
+        .collect();
+    assert_eq!(next, [1, 1, 1, 1, 1], "X's debt was forgiven");
+}

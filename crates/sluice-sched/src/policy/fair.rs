@@ -209,17 +209,19 @@ impl Policy for Fq {
     fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
         // As fq_enqueue: a flow that was never served starts with `initial_quantum` among the
         // new flows. One that emptied keeps its credit and, if it owes rounds for an overdraft,
-        // comes back in the round it owes (fq: negative credit on the new list is moved to the
-        // old flows until a quantum per round pays it); idle longer than the refill delay, its
-        // debt is forgiven.
+        // comes back in the round it owes, however long it was idle (fq keeps a flow with
+        // negative credit on its old list, empty or not, until a quantum per round pays it;
+        // only a flow detached with credit left gets the refill). Forgiving the debt after
+        // 40 ms idle, as before, gave a flow sending a 64 KB frame every 41 ms twice its share.
         let Some(last_served) = tags.c.checked_sub(1) else {
             tags.b = u64::from(self.initial_quantum);
             tags.a = 2 * self.round;
             return [tags.a, ABSENT];
         };
+        let owes = tags.a / 2 > self.round;
         let idle_long = now.saturating_sub(last_served) > FQ_REFILL_DELAY_NS;
         let quantum = u64::from(cfg.quantum.max(1));
-        if idle_long {
+        if idle_long && !owes {
             tags.b = tags.b.max(quantum);
         }
         // A flow whose round ended before the current one missed that many visits of the
@@ -241,7 +243,7 @@ impl Policy for Fq {
                 .saturating_add(behind.saturating_mul(quantum))
                 .min(cap);
         }
-        if idle_long || tags.a / 2 <= self.round {
+        if !owes {
             tags.a = 2 * self.round;
         }
         [tags.a, ABSENT]
