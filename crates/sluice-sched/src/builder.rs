@@ -563,9 +563,14 @@ impl TreeBuilder {
 }
 
 /// Eiffel's threshold in Fig. 4.20: up to this many levels the choice of queue matters little,
-/// so `auto` gives a few levels an FFS and a dense moving range of this many ranks a cFFS (the
-/// approximate gradient only above it).
+/// so `auto` gives a few levels an FFS.
 const FEW_LEVELS: u64 = 1024;
+/// Dense moving ranges of up to this many ranks (fq's and DRR's rounds) get an exact cFFS, one
+/// bucket per rank (a megabyte at most); the approximate gradient only above. Eiffel's 1024
+/// gave fq with a quantum below about 257 B (at a 64 KiB `max_packet`) buckets of two ranks,
+/// where a new flow (rank 2r) and an old one (2r + 1) left in arrival order: new flows lost
+/// their turn first.
+const DENSE_EXACT: u64 = 1 << 16;
 /// Buckets per range for moving ranges chosen by `auto`.
 const MOVING_BUCKETS: usize = 4096;
 /// Why a queue kind other than the timing wheel or an exact structure cannot be the shaper.
@@ -590,7 +595,7 @@ pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) ->
     let auto_kind = match shape {
         RankShape::Levels(l) if l <= FEW_LEVELS => QueueKind::Ffs,
         RankShape::Levels(_) | RankShape::Fixed { .. } => QueueKind::HierFfs,
-        RankShape::Moving { dense: true, span } if span > FEW_LEVELS => QueueKind::CircularApprox,
+        RankShape::Moving { dense: true, span } if span > DENSE_EXACT => QueueKind::CircularApprox,
         RankShape::Moving { .. } => QueueKind::Cffs,
     };
     let (kind, buckets, granularity) = match choice {
@@ -604,9 +609,11 @@ pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) ->
     let (default_buckets, span) = match shape {
         RankShape::Levels(l) => (l, l),
         RankShape::Fixed { max } => (max.min(FIXED_BUCKETS), max),
-        RankShape::Moving { span, .. } => {
+        RankShape::Moving { span, dense } => {
             let window = if matches!(kind, QueueKind::CircularApprox | QueueKind::ApproxGradient) {
                 Window::for_alpha(16).map_or(1, |w| w.buckets()) as u64
+            } else if dense && span <= DENSE_EXACT {
+                span
             } else {
                 MOVING_BUCKETS as u64
             };
@@ -666,12 +673,15 @@ mod tests {
             (QueueKind::Cffs, 48, 1)
         );
         let edge = auto(RankShape::Moving {
-            span: FEW_LEVELS,
+            span: DENSE_EXACT,
             dense: true,
         });
-        assert_eq!(edge.kind, QueueKind::Cffs);
+        assert_eq!(
+            (edge.kind, edge.buckets as u64, edge.granularity),
+            (QueueKind::Cffs, DENSE_EXACT, 1)
+        );
         let above = auto(RankShape::Moving {
-            span: FEW_LEVELS + 1,
+            span: DENSE_EXACT + 1,
             dense: true,
         });
         assert_eq!(above.kind, QueueKind::CircularApprox);

@@ -1431,3 +1431,32 @@ fn fq_keeps_a_debt_until_rounds_pay_it_however_long_the_flow_was_idle() {
         .collect();
     assert_eq!(next, [1, 1, 1, 1, 1], "X's debt was forgiven");
 }
+
+#[test]
+fn fq_serves_a_new_flow_first_with_a_tiny_quantum_too() {
+    // A 100 B quantum at a 64 KiB max_packet makes 2626 ranks of rounds: `auto` gave them an
+    // approximate queue of two ranks per bucket, where a new flow waited behind the old ones.
+    let mut b = TreeBuilder::new(SchedConfig {
+        max_packet: 65_536,
+        ..cfg(10_000)
+    });
+    let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
+    leaf.flows.quantum = 100;
+    let leaf = b.root(leaf);
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    // Ten flows of 50 B packets, two per round each once their initial credit (10 MTU, 302
+    // packets) is spent: a new flow arrives mid-round, among old flows of the same round.
+    let mut token = 0;
+    for flow in 0..10 {
+        for _ in 0..1000 {
+            s.enqueue(0, &packet(token, 0, flow, 50)).unwrap();
+            token += 1;
+        }
+    }
+    for now in 0..5000 {
+        s.dequeue(now).unwrap();
+    }
+    s.enqueue(5000, &packet(token, 0, 99, 50)).unwrap();
+    assert_eq!(s.dequeue(5000).map(|d| d.flow), Some(99));
+}
