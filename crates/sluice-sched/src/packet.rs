@@ -37,7 +37,9 @@ pub struct Fields {
     pub slack: u64,
     /// Bytes the flow has left to send, including this packet (SRPT, pFabric).
     pub remaining: u64,
-    /// The flow's own pacing rate in bit/s (Carousel: 2 cwnd / RTT), 0 = use the leaf's.
+    /// The flow's own pacing rate in bit/s (Carousel: 2 cwnd / RTT), 0 = not given: the flow
+    /// keeps the rate its packets last gave (as a socket keeps its pacing rate), or its leaf's
+    /// `flow_rate` if none did.
     pub pacing_bps: u64,
 }
 
