@@ -573,9 +573,18 @@ impl Datapath {
                 sluice_sched::policy::MAX_WEIGHT
             ));
         }
-        if !self.links[l].pipeline.scheduler_mut().set_weight(n, weight) {
+        let sched = self.links[l].pipeline.scheduler_mut();
+        if !sched.set_weight(n, weight) {
+            let Some(parent) = sched.parent(n) else {
+                return Err(format!(
+                    "`{node}` is the root of its policy: it has no parent to be weighed in"
+                ));
+            };
             return Err(format!(
-                "`{node}` is the root of its policy: it has no parent to be weighed in"
+                "`{node}`'s parent `{}` does not share by weight (its policy is {}); weights \
+                 count under wfq, hclock and htb",
+                sched.node_name(parent),
+                sched.node_policy(parent)
             ));
         }
         Ok(())
@@ -781,6 +790,14 @@ mod tests {
         let err = dp.set_weight("a", "root", 4).unwrap_err();
         assert!(err.contains("`root` is the root"), "{err}");
         assert!(dp.set_weight("a", "a", 0).is_err());
+        // Under a parent that shares by quantum (or priority), a weight would change nothing.
+        let drr = policy.replace("\"wfq\"", "\"drr\"");
+        let (mut dp, _) = scripted(Vec::new(), &drr, 4 << 20);
+        let err = dp.set_weight("a", "a", 4).unwrap_err();
+        assert!(
+            err.contains("parent `root` does not share by weight"),
+            "{err}"
+        );
     }
 
     #[test]

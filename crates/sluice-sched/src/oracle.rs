@@ -505,6 +505,10 @@ impl OracleTree {
     /// Change a node's weight in its parent, or a root leaf's flows' (same contract as
     /// [`crate::Scheduler::set_weight`]).
     pub fn set_weight(&mut self, n: NodeId, weight: u32) -> bool {
+        let ranked_by = self.nodes[n as usize].parent.unwrap_or(n);
+        if !self.nodes[ranked_by as usize].policy.weighs() {
+            return false;
+        }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
         self.cfg_of(n).map(|c| c.weight = weight).is_some()
     }

@@ -443,6 +443,16 @@ impl Scheduler {
         self.nodes.len()
     }
 
+    /// Node `n`'s parent (`None` for the root).
+    pub fn parent(&self, n: NodeId) -> Option<NodeId> {
+        self.nodes[n as usize].parent
+    }
+
+    /// The name of node `n`'s policy (`wfq`, `drr`, ...).
+    pub fn node_policy(&self, n: NodeId) -> &'static str {
+        self.nodes[n as usize].policy.name()
+    }
+
     /// A node's name.
     pub fn node_name(&self, n: NodeId) -> &str {
         &self.nodes[n as usize].name
@@ -1141,9 +1151,15 @@ impl Scheduler {
 
     /// Change node `n`'s weight in its parent at run time; on a root that is a leaf, the
     /// weight of its flows (one configuration serves all of them). The weight is clamped to
-    /// `1..=MAX_WEIGHT`. False, and nothing changed, for an internal root: it has no parent to
-    /// be weighed in.
+    /// `1..=MAX_WEIGHT`. False, and nothing changed, for an internal root (it has no parent
+    /// to be weighed in) and for a node whose parent does not share by weight (prio, edf,
+    /// drr, fq...: [`Policy::weighs`]).
     pub fn set_weight(&mut self, n: NodeId, weight: u32) -> bool {
+        let node = &self.nodes[n as usize];
+        let ranked_by = node.parent.unwrap_or(n);
+        if !self.nodes[ranked_by as usize].policy.weighs() {
+            return false;
+        }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
         self.member_cfg_mut(n).map(|c| c.weight = weight).is_some()
     }
@@ -1358,7 +1374,7 @@ impl Scheduler {
         );
         if let Some(p) = node.parent {
             let m = &self.nodes[p as usize].member_cfg[node.slot as usize];
-            out.push_str(&member_params(self.nodes[p as usize].policy.name(), m));
+            out.push_str(&member_params(&self.nodes[p as usize].policy, m));
         }
         if let Some(g) = node.gate {
             let _ = write!(out, " rate {} burst {}B", g.rate(), g.burst());
@@ -1369,7 +1385,7 @@ impl Scheduler {
             }
             // Every flow of a leaf has the same weight: shown only if set.
             let f = &node.member_cfg[0];
-            let flows = member_params(node.policy.name(), f);
+            let flows = member_params(&node.policy, f);
             let flows = match flows.strip_prefix(" weight 1") {
                 Some(rest) if f.weight == 1 => rest.to_string(),
                 _ => flows,
@@ -1437,18 +1453,20 @@ impl Scheduler {
 
 /// What of a member's configuration its node's `policy` uses, as ` weight 2 reservation
 /// 10Mbit`: only that, so that the compiled tree shows what takes effect.
-fn member_params(policy: &str, m: &MemberCfg) -> String {
+fn member_params(policy: &AnyPolicy, m: &MemberCfg) -> String {
     let mut out = String::new();
-    if matches!(policy, "wfq" | "hclock" | "htb") {
+    if policy.weighs() {
         out += &format!(" weight {}", m.weight);
     }
-    if matches!(policy, "drr" | "fq") {
+    let name = policy.name();
+    if matches!(name, "drr" | "fq") {
         out += &format!(" quantum {}B", m.quantum);
     }
-    if let (true, Some(p)) = (policy == "prio", m.priority) {
+    if let (true, Some(p)) = (name == "prio", m.priority) {
         out += &format!(" priority {p}");
     }
-    if let (true, Some(r)) = (matches!(policy, "hclock" | "htb"), m.reservation) {
+    // The dual policies are the ones with reservations.
+    if let (true, Some(r)) = (policy.dual(), m.reservation) {
         out += &format!(" reservation {r}");
     }
     out

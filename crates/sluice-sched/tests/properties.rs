@@ -899,7 +899,8 @@ fn a_node_gate_removed_at_run_time_lets_its_line_leave_first() {
 }
 
 /// Weights and reservations belong to a node's place in its parent; a root that is a leaf
-/// has its flows' instead, and an internal root has none to change.
+/// has its flows' instead, and an internal root has none to change. A weight counts only
+/// under a parent that shares by weight.
 #[test]
 fn only_an_internal_root_has_no_weight_to_change() {
     let mut b = TreeBuilder::new(cfg(64));
@@ -916,6 +917,19 @@ fn only_an_internal_root_has_no_weight_to_change() {
     b.default_leaf(root);
     let mut s = b.build().unwrap();
     assert!(s.set_weight(root, 5));
+    // Under a parent that shares by quantum or priority, a weight changes nothing: refused.
+    for parent in [PolicyKind::Drr, PolicyKind::Prio] {
+        let mut b = TreeBuilder::new(cfg(64));
+        let root = b.root(NodeSpec::new("root", parent));
+        let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+        b.default_leaf(a);
+        let mut s = b.build().unwrap();
+        assert!(!s.set_weight(a, 5), "{parent}");
+    }
+    let mut b = TreeBuilder::new(cfg(64));
+    let root = b.root(NodeSpec::new("flows", PolicyKind::Fq));
+    b.default_leaf(root);
+    assert!(!b.build().unwrap().set_weight(root, 5));
 }
 
 /// The shaper paces as well long after time 0 on every structure the builder takes for it,

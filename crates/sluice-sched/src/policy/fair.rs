@@ -35,6 +35,9 @@ impl Policy for Wfq {
     fn name(&self) -> &'static str {
         "wfq"
     }
+    fn weighs(&self) -> bool {
+        true
+    }
     fn mode(&self, _at_leaf: bool) -> Mode {
         Mode::PerMember
     }

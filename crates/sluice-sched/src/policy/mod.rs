@@ -196,6 +196,12 @@ pub trait Policy: fmt::Debug + Send {
         false
     }
 
+    /// Whether members' weights share this node (wfq, hclock, htb), so that changing one
+    /// ([`crate::Scheduler::set_weight`]) does something. DRR and fq share by quantum.
+    fn weighs(&self) -> bool {
+        false
+    }
+
     /// The shape of ranks in queue `which` (0, or 1 for a dual policy's share queue).
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape;
 
@@ -425,6 +431,9 @@ impl Policy for AnyPolicy {
     }
     fn dual(&self) -> bool {
         with_policy!(self, p => p.dual())
+    }
+    fn weighs(&self) -> bool {
+        with_policy!(self, p => p.weighs())
     }
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
         with_policy!(self, p => p.shape(cx, which))

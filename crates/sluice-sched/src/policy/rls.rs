@@ -121,6 +121,9 @@ macro_rules! rls_common {
         fn dual(&self) -> bool {
             true
         }
+        fn weighs(&self) -> bool {
+            true
+        }
         fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
             Rls::shape(cx, which)
         }
