@@ -1328,11 +1328,7 @@ impl Scheduler {
             let Some(p) = n.parent else { continue };
             let parent = &self.nodes[p as usize];
             let reservation = parent.member_cfg[n.slot as usize].reservation;
-            if let (Some(r), Some(g), true) = (
-                reservation,
-                n.gate,
-                matches!(parent.policy.name(), "hclock" | "htb"),
-            ) {
+            if let (Some(r), Some(g), true) = (reservation, n.gate, parent.policy.dual()) {
                 if r > g.rate() {
                     let _ = writeln!(
                         out,
