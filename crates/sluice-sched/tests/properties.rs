@@ -36,6 +36,14 @@ fn paced_leaf(
     b.build()
 }
 
+/// A tree of one node, `root`, a leaf that every packet goes to.
+fn one_leaf(cfg: SchedConfig, root: NodeSpec) -> Scheduler {
+    let mut b = TreeBuilder::new(cfg);
+    let leaf = b.root(root);
+    b.default_leaf(leaf);
+    b.build().unwrap()
+}
+
 fn packet(token: u64, class: u32, flow: u64, len: u32) -> Packet {
     Packet {
         token,
@@ -1282,10 +1290,7 @@ fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
     // The flow's first packet carries no rate, so the flow is made without a gate; the rate
     // its next packets carry must still pace them (it was ignored until the flow was
     // reclaimed).
-    let mut b = TreeBuilder::new(cfg(100));
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fq));
-    b.default_leaf(leaf);
-    let mut s = b.build().unwrap();
+    let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", PolicyKind::Fq));
     s.enqueue(S, &packet(0, 0, 7, 1500)).unwrap();
     assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
     for t in 1..=5 {
@@ -1317,10 +1322,7 @@ fn edf_and_lstf_keep_their_order_after_a_far_or_past_rank() {
     // a second ahead in order, later ones at a second, past ones as due now.
     for policy in [PolicyKind::Edf, PolicyKind::Lstf] {
         for first in [10 * S, u64::MAX - S, 0] {
-            let mut b = TreeBuilder::new(cfg(1000));
-            let leaf = b.root(NodeSpec::new("leaf", policy));
-            b.default_leaf(leaf);
-            let mut s = b.build().unwrap();
+            let mut s = one_leaf(cfg(1000), NodeSpec::new("leaf", policy));
             for (token, ahead) in [(0, first), (1, 30 * MS), (2, 20 * MS), (3, 10 * MS)] {
                 let mut p = packet(token, 0, token, 100);
                 p.fields.deadline = S.saturating_add(ahead);
@@ -1345,10 +1347,7 @@ fn edf_serves_deadlines_in_order_to_within_a_bucket_whatever_came_first() {
     // second after it) is no earlier than one bucket (2^18 ns with `auto`) before the previous
     // one's, unless the earlier one arrived after it left.
     let mut rng = sluice_queue::workload::Rng::new(7);
-    let mut b = TreeBuilder::new(cfg(10_000));
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Edf));
-    b.default_leaf(leaf);
-    let mut s = b.build().unwrap();
+    let mut s = one_leaf(cfg(10_000), NodeSpec::new("leaf", PolicyKind::Edf));
     let mut rank_of = HashMap::new();
     let mut now = S;
     let mut last: Option<(u64, u64)> = None; // (rank, departure time)
@@ -1383,13 +1382,10 @@ fn pfabric_ranks_a_paced_flow_by_the_packets_at_its_leaf_only() {
     // both packets with remaining 100 left, the flow holds only packets of 5000 and 6000; it
     // was still ranked at 100 (the gate's packets were counted at the leaf too) and went
     // before a flow of 1000.
-    let mut b = TreeBuilder::new(cfg(1000));
     let mut spec = NodeSpec::new("pf", PolicyKind::Pfabric);
     spec.flow_rate = Some(Rate::mbit(10));
     spec.flow_burst = 3000;
-    let leaf = b.root(spec);
-    b.default_leaf(leaf);
-    let mut s = b.build().unwrap();
+    let mut s = one_leaf(cfg(1000), spec);
     let with = |token: u64, flow: u64, remaining: u64| {
         let mut p = packet(token, 0, flow, 1500);
         p.fields.remaining = remaining;
@@ -1420,13 +1416,11 @@ fn fq_keeps_a_debt_until_rounds_pay_it_however_long_the_flow_was_idle() {
     // 41 ms later, with only a few rounds gone, X's next frame must wait for its turn, as in
     // Linux fq (a flow with negative credit stays on the old list, queued or not). Forgiven
     // after 40 ms idle, X got twice its share with a frame every 41 ms.
-    let mut b = TreeBuilder::new(SchedConfig {
+    let big = SchedConfig {
         max_packet: 65_536,
         ..cfg(10_000)
-    });
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fq));
-    b.default_leaf(leaf);
-    let mut s = b.build().unwrap();
+    };
+    let mut s = one_leaf(big, NodeSpec::new("leaf", PolicyKind::Fq));
     for t in 0..1000 {
         s.enqueue(0, &packet(t, 0, 1, 1500)).unwrap(); // Y
     }
@@ -1450,15 +1444,13 @@ fn fq_keeps_a_debt_until_rounds_pay_it_however_long_the_flow_was_idle() {
 fn fq_serves_a_new_flow_first_with_a_tiny_quantum_too() {
     // A 100 B quantum at a 64 KiB max_packet makes 2626 ranks of rounds: `auto` gave them an
     // approximate queue of two ranks per bucket, where a new flow waited behind the old ones.
-    let mut b = TreeBuilder::new(SchedConfig {
+    let big = SchedConfig {
         max_packet: 65_536,
         ..cfg(10_000)
-    });
+    };
     let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
     leaf.flows.quantum = 100;
-    let leaf = b.root(leaf);
-    b.default_leaf(leaf);
-    let mut s = b.build().unwrap();
+    let mut s = one_leaf(big, leaf);
     // Ten flows of 50 B packets, two per round each once their initial credit (10 MTU, 302
     // packets) is spent: a new flow arrives mid-round, among old flows of the same round.
     let mut token = 0;
