@@ -51,7 +51,9 @@ pub enum PausedOrder {
         /// How far apart the ranks of paused sources can be.
         horizon_ns: u64,
     },
-    /// Any rank a policy gives, in the queue `spec` describes.
+    /// Any rank a policy gives, in the queue `spec` describes (its capacity set to the
+    /// sources, its overflow to `Clamp`: a paused source must never be refused, or it would
+    /// wait for a resume that never comes).
     Rank(QueueSpec),
 }
 
@@ -307,6 +309,7 @@ impl Admission {
             PausedOrder::Rank(spec) => PausedQueue::Ranked(Box::new(
                 QueueSpec {
                     capacity: cfg.sources,
+                    overflow: sluice_queue::Overflow::Clamp,
                     ..spec
                 }
                 .build()?,

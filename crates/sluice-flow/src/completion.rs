@@ -95,6 +95,8 @@ pub struct CompletionStats {
     pub unknown: u64,
     /// Admissions refused because the tracker was full.
     pub full: u64,
+    /// Admissions refused because the flow id is beyond the tracker's flows.
+    pub unknown_flow: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -198,7 +200,11 @@ impl Completions {
         flow: u32,
         token: u64,
     ) -> Option<Ticket> {
-        if self.len() == self.capacity || flow as usize >= ss.count() {
+        if flow as usize >= ss.count() {
+            self.stats.unknown_flow += 1;
+            return None;
+        }
+        if self.len() == self.capacity {
             self.stats.full += 1;
             return None;
         }
@@ -334,7 +340,7 @@ mod tests {
         assert!(c.admit(5, 0).is_none());
         assert!(c.admit(0, 0).is_some());
         assert!(c.admit(0, 1).is_none());
-        assert_eq!(c.stats().full, 2);
+        assert_eq!((c.stats().full, c.stats().unknown_flow), (1, 1));
     }
 
     proptest! {

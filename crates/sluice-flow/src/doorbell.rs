@@ -268,6 +268,7 @@ pub fn lane(
             items: items_rx,
             partial: None,
             deferred: 0,
+            unknown_flow: 0,
         },
     ))
 }
@@ -327,12 +328,20 @@ pub struct LaneRx {
     /// The rest of a doorbell whose items did not all fit the data queues yet.
     partial: Option<Doorbell>,
     deferred: u64,
+    unknown_flow: u64,
 }
 
 impl LaneRx {
     /// Times a doorbell's items had to wait in the lane for room in the data queues.
     pub fn deferred(&self) -> u64 {
         self.deferred
+    }
+
+    /// Doorbells for a flow the engine has no queue for, whose items were discarded (a
+    /// host that numbers flows beyond the engine's; before, such a doorbell blocked the lane
+    /// for good).
+    pub fn unknown_flow(&self) -> u64 {
+        self.unknown_flow
     }
 
     /// Doorbells waiting in the lane (not counting a partly moved one).
@@ -355,6 +364,15 @@ impl DoorbellRx for LaneRx {
             Some(d) => d,
             None => self.bells.pop().ok()?,
         };
+        if d.flow as usize >= queues.flows() {
+            // No queue will ever take these items: discard them (counted) so that the lane
+            // goes on with the next doorbell.
+            for _ in 0..d.count {
+                let _ = self.items.pop();
+            }
+            self.unknown_flow += 1;
+            return None;
+        }
         let mut moved = 0;
         while moved < d.count {
             // The producer published these items before the doorbell (release/acquire).

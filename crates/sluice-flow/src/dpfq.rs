@@ -265,6 +265,8 @@ pub struct DpfqStats {
     pub bound_rings: u64,
     /// Rings linked behind a full one (bursts).
     pub extended: u64,
+    /// Refused because the flow id is beyond the engine's flows.
+    pub unknown_flow: u64,
 }
 
 /// The per-flow queues of one engine, over a shared pool. See the module note.
@@ -344,6 +346,11 @@ impl Dpfq {
         self.cache.len()
     }
 
+    /// Flows this engine has queues for (ids `0..flows()`).
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
     /// Packets `flow` holds.
     #[inline]
     pub fn len(&self, flow: u32) -> usize {
@@ -413,8 +420,8 @@ impl Dpfq {
         item: u32,
     ) -> Result<(), AtBound> {
         if flow as usize >= ss.count() {
-            self.stats.bound_packets += 1;
-            return Err(AtBound { what: "packets" });
+            self.stats.unknown_flow += 1;
+            return Err(AtBound { what: "flow id" });
         }
         if self.reserve == 0 && !self.refill() {
             self.stats.bound_packets += 1;

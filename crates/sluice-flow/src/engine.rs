@@ -25,8 +25,13 @@
 //!   refuses the producer ([`Dispatcher::send`] hands the packet back): lossless end to end.
 //! - **Aggregates**: an aggregate is a node of every engine's policy tree, found by name; the
 //!   engine reports the node's `sent_bytes` every `report_ns` and installs the rate the
-//!   allocator sends it with `Scheduler::set_rate`. Samples are cumulative and rates are
-//!   "latest wins", so a message skipped at a full ring is harmless (and counted).
+//!   allocator sends it with `Scheduler::set_rate`. Samples are cumulative, so a sample
+//!   skipped at a full ring is harmless (and counted). Rates are "latest wins", so they go on
+//!   a board rather than a ring ([`RateBoard`]): one cell per aggregate that the allocator
+//!   overwrites and the engine reads when the board's version moved. A ring of updates, as
+//!   before, filled while an engine stalled and then dropped the newest: the engine installed
+//!   an older rate (990 Mbit/s where the allocator had given it 690, 1.3 Gbit/s installed on a
+//!   1 Gbit/s aggregate) until the next allocation.
 //!
 //! The decisions are in [`Engine::step`] and [`Allocator::step`], which take the time as an
 //! argument and are driven without threads by the tests (with the same rings). [`Engines`] only
@@ -41,7 +46,7 @@ use crate::pipeline::{IngressError, Pipeline, PipelineError};
 use rtrb::{Consumer, Producer, RingBuffer};
 use sluice_sched::{NodeId, Packet, Rate};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -142,6 +147,35 @@ pub struct RateUpdate {
     pub rate: Rate,
 }
 
+/// The allocator's latest rates for one engine: a cell per aggregate (bit/s) and a version
+/// bumped after each allocation is written. An engine that sees a new version reads every
+/// cell. A read racing a write may mix two consecutive allocations' rates for a moment; the
+/// version moved again, so the next step reads the newest.
+pub struct RateBoard {
+    version: AtomicU64,
+    bps: Vec<AtomicU64>,
+}
+
+impl RateBoard {
+    fn new(aggregates: usize) -> Self {
+        RateBoard {
+            version: AtomicU64::new(0),
+            bps: (0..aggregates).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Post `update` (the allocator; also tests).
+    pub fn post(&self, updates: &[RateUpdate]) {
+        for u in updates {
+            if let Some(cell) = self.bps.get(u.aggregate) {
+                cell.store(u.rate.bps(), Ordering::Relaxed);
+            }
+        }
+        // Release: whoever sees the new version sees the cells written before it.
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// A producer's handle: hashes each packet's flow to its engine and pushes it into that
 /// engine's ring. `Send`: give it to the producing thread.
 pub struct Dispatcher {
@@ -207,7 +241,9 @@ pub struct Engine {
     pipeline: Pipeline,
     inputs: Vec<Consumer<Packet>>,
     usage: Producer<Usage>,
-    rates: Consumer<RateUpdate>,
+    rates: Arc<RateBoard>,
+    /// The board's version last installed.
+    rates_seen: u64,
     /// Per aggregate: its node in this engine's scheduler.
     nodes: Vec<NodeId>,
     burst: u64,
@@ -228,11 +264,18 @@ impl Engine {
         self.now = self.now.max(now);
         let now = self.now;
         let mut work = 0;
-        while let Ok(u) = self.rates.pop() {
-            if let Some(&node) = self.nodes.get(u.aggregate) {
+        let version = self.rates.version.load(Ordering::Acquire);
+        if version != self.rates_seen {
+            self.rates_seen = version;
+            for (cell, &node) in self.rates.bps.iter().zip(&self.nodes) {
+                let Some(rate) = Rate::new(cell.load(Ordering::Relaxed)) else {
+                    continue;
+                };
                 let sched = self.pipeline.scheduler_mut();
-                sched.set_rate(node, Some(u.rate), self.burst);
-                self.stats.rate_updates += 1;
+                if sched.rate(node) != Some(rate) {
+                    sched.set_rate(node, Some(rate), self.burst);
+                    self.stats.rate_updates += 1;
+                }
             }
         }
         let n = self.inputs.len();
@@ -347,8 +390,8 @@ impl Engine {
 pub struct Allocator {
     nba: Nba,
     usage: Vec<Consumer<Usage>>,
-    rates: Vec<Producer<RateUpdate>>,
-    skipped: u64,
+    /// One board per engine.
+    rates: Vec<Arc<RateBoard>>,
 }
 
 impl Allocator {
@@ -363,16 +406,14 @@ impl Allocator {
         if !self.nba.tick(now) {
             return false;
         }
-        for (e, ring) in self.rates.iter_mut().enumerate() {
-            for a in 0..self.nba.aggregates() {
-                let update = RateUpdate {
-                    aggregate: a,
-                    rate: self.nba.rate(e, a),
-                };
-                if ring.push(update).is_err() {
-                    self.skipped += 1;
-                }
-            }
+        for (e, board) in self.rates.iter().enumerate() {
+            let updates: Vec<RateUpdate> = (0..self.nba.aggregates())
+                .map(|aggregate| RateUpdate {
+                    aggregate,
+                    rate: self.nba.rate(e, aggregate),
+                })
+                .collect();
+            board.post(&updates);
         }
         true
     }
@@ -380,11 +421,6 @@ impl Allocator {
     /// The allocator.
     pub fn nba(&self) -> &Nba {
         &self.nba
-    }
-
-    /// Rate updates skipped at a full ring (the next allocation sends fresh ones).
-    pub fn skipped(&self) -> u64 {
-        self.skipped
     }
 }
 
@@ -455,15 +491,16 @@ pub fn build(
             })
             .collect();
         let (usage, urx) = RingBuffer::new(usage_slots);
-        let (rtx, rates) = RingBuffer::new(4 * aggs);
+        let rates = Arc::new(RateBoard::new(aggs));
         usage_rx.push(urx);
-        rates_tx.push(rtx);
+        rates_tx.push(rates.clone());
         engines.push(Engine {
             id: e,
             pipeline,
             inputs,
             usage,
             rates,
+            rates_seen: 0,
             nodes,
             burst: cfg.burst,
             batch: cfg.batch,
@@ -480,7 +517,6 @@ pub fn build(
             nba,
             usage: usage_rx,
             rates: rates_tx,
-            skipped: 0,
         },
         dispatchers,
     })
@@ -754,7 +790,7 @@ mod tests {
             aggregate: 0,
             rate: Rate::mbit(10),
         };
-        parts.allocator.rates[0].push(update).unwrap();
+        parts.allocator.rates[0].post(&[update]);
         e.step(1_000, &mut |p| out.push(p.token));
         assert_eq!(e.rate(0), Some(Rate::mbit(10)));
         assert_eq!(e.stats().rate_updates, 1);

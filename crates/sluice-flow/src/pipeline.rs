@@ -428,6 +428,9 @@ impl Pipeline {
                 self.flows.pop(src);
                 self.admit(now, src, idx, desc);
             }
+            // All its packets refused by the scheduler (beyond the horizon, its flow table
+            // full), a source may hold nothing now: forget it, or the table fills with them.
+            self.forget_if_idle(src);
         }
         self.stats.buffer_high = self
             .stats
@@ -474,10 +477,18 @@ impl Pipeline {
     }
 
     /// Forget a source that holds nothing (its id goes back to the free list).
+    /// Idempotent: a source already forgotten (its key no longer maps to it) is left alone,
+    /// so that two paths reaching it (egress, and the pump it runs) free its id once.
     fn forget_if_idle(&mut self, src: u32) {
         let s = self.src(src);
-        if s.held == 0 && !s.in_ready && !self.flows.is_paused(src) && self.flows.queued(src) == 0 {
-            self.by_key.remove(&self.keys[src as usize]);
+        let key = self.keys[src as usize];
+        if s.held == 0
+            && !s.in_ready
+            && !self.flows.is_paused(src)
+            && self.flows.queued(src) == 0
+            && self.by_key.get(&key) == Some(&src)
+        {
+            self.by_key.remove(&key);
             self.free_sources.push(src);
         }
     }
