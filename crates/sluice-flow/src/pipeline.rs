@@ -64,7 +64,8 @@ pub struct PipelineConfig {
     pub probe: Probe,
     /// Paused-source order.
     pub rank_by: RankBy,
-    /// Packets all source buffers hold at most (the global memory bound).
+    /// Packets the pipeline holds at most, in its source buffers and its scheduled buffer
+    /// together (the global memory bound: one descriptor each).
     pub max_packets: usize,
     /// Packets per ring of the per-flow queues.
     pub ring_slots: usize,
