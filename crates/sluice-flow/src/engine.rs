@@ -726,6 +726,45 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_that_stalled_installs_the_latest_rate() {
+        // Two engines share 1 Gbit/s. Engine 1 is not stepped for 1 s (ten allocations);
+        // engine 0 idles, then offers 300 Mbit/s. A ring of rate updates filled and dropped
+        // the newest: engine 1 installed 990 Mbit/s where the allocator gave it 690.
+        let mut parts = build(2, &config(100 * MS), tenant).unwrap();
+        let flows: Vec<u64> = (0u64..)
+            .filter(|&f| engine_for(f, 2) == 0)
+            .take(4)
+            .collect();
+        let (mut token, mut credit, mut now) = (0, 0u64, 0);
+        const STEP: u64 = 100_000;
+        while now <= 1000 * MS {
+            if now >= 500 * MS {
+                credit += 300 * STEP / 1000; // bits per step at 300 Mbit/s
+                while credit >= 12_000 {
+                    let p = packet(flows[(token % 4) as usize], token);
+                    if parts.dispatchers[0].send(p).is_err() {
+                        break;
+                    }
+                    credit -= 12_000;
+                    token += 1;
+                }
+            }
+            parts.engines[0].step(now, &mut |_| {});
+            parts.allocator.step(now);
+            now += STEP;
+        }
+        parts.engines[1].step(now, &mut |_| {});
+        let nba = parts.allocator.nba();
+        let (want0, want1) = (nba.rate(0, 0), nba.rate(1, 0));
+        assert_eq!(parts.engines[1].rate(0), Some(want1), "an older rate");
+        let installed: u64 = (0..2)
+            .filter_map(|e| parts.engines[e].rate(0))
+            .map(|r| r.bps())
+            .sum();
+        assert!(installed <= 1_000_000_000, "{want0} + {want1}");
+    }
+
+    #[test]
     fn flows_hash_stably_and_evenly() {
         // Pinned: a change here moves flows to other engines. (Flow 0 mixes to SplitMix64's
         // reference first output 0xE220A8397B1DCDAF, whose top two bits are 3.)
