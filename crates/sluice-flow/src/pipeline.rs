@@ -394,8 +394,11 @@ impl Pipeline {
         }
     }
 
-    /// The rank `src` waits at if it is paused.
-    fn rank_of(&self, src: u32, head: &Packet) -> u64 {
+    /// The rank `src` waits at if it is paused at `now`. By rate limit, a source that may send
+    /// now (no gate, or its gate's time passed) ranks as `now`: ranked 0, as before, it moved
+    /// the time-ordered queue's window to time 0, and every paced source more than a window
+    /// later was then filed at its edge, in arrival order.
+    fn rank_of(&self, src: u32, head: &Packet, now: u64) -> u64 {
         match self.rank_by {
             RankBy::Fifo => 0,
             RankBy::Priority => u64::from(head.fields.priority),
@@ -403,7 +406,7 @@ impl Pipeline {
                 .sched
                 .classify(head)
                 .and_then(|leaf| self.sched.flow_next_release(leaf, self.keys[src as usize]))
-                .unwrap_or(0),
+                .map_or(now, |t| t.max(now)),
         }
     }
 
@@ -422,7 +425,7 @@ impl Pipeline {
                 let Some(desc) = self.descs[idx as usize] else {
                     break;
                 };
-                let rank = self.rank_of(src, &desc.pkt);
+                let rank = self.rank_of(src, &desc.pkt, now);
                 if self.flows.offer(src, rank) != Verdict::Admit {
                     break;
                 }

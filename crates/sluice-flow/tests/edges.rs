@@ -1,6 +1,7 @@
 //! Edge cases an audit found, each once a bug: a source the scheduler refused was never
 //! forgotten; a paused-sources queue that could refuse a rank lost the source; bad flow ids
-//! were counted as memory bounds and blocked a doorbell lane for good. (An engine that
+//! were counted as memory bounds and blocked a doorbell lane for good; a source that could
+//! send at once ranked 0 among sources paused by rate limit and unsorted them. (An engine that
 //! stalled and installed an old rate is tested in `engine.rs`.)
 
 use sluice_flow::admission::{Admission, AdmissionConfig, PausedOrder, Verdict};
@@ -86,4 +87,48 @@ fn a_doorbell_for_an_unknown_flow_does_not_block_its_lane() {
         e.drain(usize::MAX, |f, i| got.push((f, i)));
     }
     assert_eq!(got, [(3, 2)]);
+}
+
+#[test]
+fn by_rate_limit_a_source_that_may_send_now_does_not_unsort_the_paced_ones() {
+    // A scheduled buffer of one packet, paused sources ordered by when their rate limit lets
+    // them send, at 5 s. P (12 Mbit/s: next packet in 1 ms) and Q (24 Mbit/s: in 0.5 ms) have
+    // each sent one packet; G fills the buffer; then H (no rate), P and Q pause. H used to
+    // rank 0, which moved the time-ordered queue's window to time 0: P and Q, 5 s later, were
+    // filed at its edge in arrival order, and P went first. Now H ranks as now: H, Q, P.
+    let mut b = TreeBuilder::new(SchedConfig::default());
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fq));
+    b.default_leaf(root);
+    let cfg = PipelineConfig {
+        rank_by: sluice_flow::pipeline::RankBy::RateLimit,
+        per_source: 1,
+        ..PipelineConfig::new(8, 1, 64)
+    };
+    let mut p = Pipeline::new(b.build().unwrap(), cfg).unwrap();
+    let paced = |flow: u64, token: u64, bps: u64| {
+        let mut x = pkt(flow, token, 1500);
+        x.fields.pacing_bps = bps;
+        x
+    };
+    let t = 5_000_000_000;
+    for (flow, bps) in [(1, 12_000_000), (2, 24_000_000)] {
+        p.ingress(t, paced(flow, flow, bps)).unwrap();
+        assert_eq!(p.egress(t).map(|x| x.flow), Some(flow));
+    }
+    p.ingress(t, pkt(3, 3, 1500)).unwrap(); // G: fills the buffer
+    p.ingress(t, pkt(4, 4, 1500)).unwrap(); // H: paused, may send now
+    p.ingress(t, paced(1, 11, 12_000_000)).unwrap(); // P: paused until t + 1 ms
+    p.ingress(t, paced(2, 12, 24_000_000)).unwrap(); // Q: paused until t + 0.5 ms
+    let mut order = Vec::new();
+    let mut now = t;
+    for _ in 0..100 {
+        while let Some(x) = p.egress(now) {
+            order.push(x.token);
+        }
+        match p.next_event(now) {
+            Some(next) => now = next.max(now + 1),
+            None => break,
+        }
+    }
+    assert_eq!(order, [3, 4, 12, 11]);
 }
