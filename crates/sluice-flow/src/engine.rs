@@ -164,7 +164,7 @@ impl RateBoard {
         }
     }
 
-    /// Post `update` (the allocator; also tests).
+    /// Post `updates` (the allocator, after each allocation; tests too).
     pub fn post(&self, updates: &[RateUpdate]) {
         for u in updates {
             if let Some(cell) = self.bps.get(u.aggregate) {
