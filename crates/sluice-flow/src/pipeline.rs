@@ -514,11 +514,8 @@ impl Pipeline {
         self.stats.sent += 1;
         self.pump(now);
         // A source that holds nothing more is forgotten once it is neither paused nor owed a
-        // slot (pump may have handed it one).
-        let s = self.src(src);
-        if s.held == 0 && !s.in_ready {
-            self.forget_if_idle(src);
-        }
+        // slot (pump may have handed it one, or forgotten it already).
+        self.forget_if_idle(src);
         Some(pkt)
     }
 

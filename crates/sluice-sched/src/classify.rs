@@ -91,12 +91,12 @@ impl Rule {
     /// Why no packet can satisfy every condition of this rule, if none can: addresses of two
     /// families, or ports with a protocol that has none.
     pub fn never_matches(&self) -> Option<&'static str> {
-        let family = |m: &Match| match m {
-            Match::Src(a, _) | Match::Dst(a, _) => Some(a.is_ipv4()),
-            _ => None,
+        let has = |v4: bool| {
+            self.all
+                .iter()
+                .any(|m| matches!(m, Match::Src(a, _) | Match::Dst(a, _) if a.is_ipv4() == v4))
         };
-        let families: Vec<bool> = self.all.iter().filter_map(family).collect();
-        if families.windows(2).any(|w| w[0] != w[1]) {
+        if has(true) && has(false) {
             return Some("its addresses are of two families (IPv4 and IPv6)");
         }
         let ports = self

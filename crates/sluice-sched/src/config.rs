@@ -1314,24 +1314,29 @@ struct Tree {
 }
 
 /// A value as the file wrote it (strings quoted and shortened).
-/// `text` cut to 40 characters, for echoing what a file says in an error.
-fn shorten(text: &str) -> String {
+/// `text` cut to 40 characters, for echoing what a file says in an error, and whether it
+/// was longer.
+fn cut(text: &str) -> (&str, bool) {
     match text.char_indices().nth(40) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text.to_string(),
+        Some((at, _)) => (&text[..at], true),
+        None => (text, false),
+    }
+}
+
+/// [`cut`], with `...` where it cut.
+fn shorten(text: &str) -> String {
+    match cut(text) {
+        (short, true) => format!("{short}..."),
+        (all, false) => all.to_string(),
     }
 }
 
 fn show(v: &Value) -> String {
     match v {
-        Value::String(s) => {
-            let short: String = s.chars().take(40).collect();
-            if short.len() < s.len() {
-                format!("{short:?}...")
-            } else {
-                format!("{s:?}")
-            }
-        }
+        Value::String(s) => match cut(s) {
+            (short, true) => format!("{short:?}..."),
+            (all, false) => format!("{all:?}"),
+        },
         Value::Integer(i) => i.to_string(),
         // Debug keeps the point and the exponent: `1500000000.0`, `1e300`.
         Value::Float(f) => format!("{f:?}"),

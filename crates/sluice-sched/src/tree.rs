@@ -1370,7 +1370,7 @@ impl Scheduler {
         );
         if let Some(p) = node.parent {
             let m = &self.nodes[p as usize].member_cfg[node.slot as usize];
-            out.push_str(&member_params(&self.nodes[p as usize].policy, m));
+            out.push_str(&member_params(&self.nodes[p as usize].policy, m, false));
         }
         if let Some(g) = node.gate {
             let _ = write!(out, " rate {} burst {}B", g.rate(), g.burst());
@@ -1379,13 +1379,7 @@ impl Scheduler {
             if let Some((r, b)) = node.flow_rate {
                 let _ = write!(out, " flow_rate {r} burst {b}B");
             }
-            // Every flow of a leaf has the same weight: shown only if set.
-            let f = &node.member_cfg[0];
-            let flows = member_params(&node.policy, f);
-            let flows = match flows.strip_prefix(" weight 1") {
-                Some(rest) if f.weight == 1 => rest.to_string(),
-                _ => flows,
-            };
+            let flows = member_params(&node.policy, &node.member_cfg[0], true);
             if !flows.is_empty() {
                 let _ = write!(out, " flows:{flows}");
             }
@@ -1448,10 +1442,11 @@ impl Scheduler {
 }
 
 /// What of a member's configuration its node's `policy` uses, as ` weight 2 reservation
-/// 10Mbit`: only that, so that the compiled tree shows what takes effect.
-fn member_params(policy: &AnyPolicy, m: &MemberCfg) -> String {
+/// 10Mbit`: only that, so that the compiled tree shows what takes effect. For a leaf's
+/// `flows`, which all share one weight, the weight only if it is not the default 1.
+fn member_params(policy: &AnyPolicy, m: &MemberCfg, flows: bool) -> String {
     let mut out = String::new();
-    if policy.weighs() {
+    if policy.weighs() && !(flows && m.weight == 1) {
         out += &format!(" weight {}", m.weight);
     }
     let name = policy.name();
