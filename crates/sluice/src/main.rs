@@ -1,6 +1,7 @@
 //! `sluice`: the command-line front end.
 //!
-//! - `sluice bench queues`: every queue and baseline side by side (see [`bench::queues`]).
+//! - `sluice bench queues|sched|flow|dp`: Sluice and its baselines side by side in one run
+//!   (see [`bench`]).
 //! - `sluice policy check FILE`: validate a policy file and print its scheduler (see [`policy`]).
 //! - `sluice run --config FILE`: the software NIC daemon (see [`run`], `sluice_dp::daemon`).
 //! - `sluice demo`: the daemon shaping three classes of iperf3 traffic between namespaces.
@@ -44,8 +45,32 @@ enum Command {
     Top(top::TopArgs),
 }
 
+/// End quietly, as `cat` does, when a reader of stdout goes away (`sluice bench sched --json |
+/// head -1`): Rust ignores SIGPIPE, so a write to the closed pipe would otherwise panic in
+/// `println!`. Only for commands whose output is all on stdout: the daemon, the demo, the
+/// dp bench and the live view talk over sockets, where a peer that leaves is an error to
+/// handle, not a reason to die.
+fn die_on_closed_stdout() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: SIG_DFL installs no handler of ours, so no code runs in signal context; it is
+    // set at start-up, before this process starts any thread. The test
+    // `a_closed_stdout_ends_the_output_quietly` (tests/cli.rs) exercises it.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Policy(_)
+            | Command::Bench(
+                bench::BenchCommand::Queues(_)
+                    | bench::BenchCommand::Sched(_)
+                    | bench::BenchCommand::Flow(_)
+            )
+    ) {
+        die_on_closed_stdout();
+    }
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Policy(cmd) => policy::run(cmd),

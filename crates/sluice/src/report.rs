@@ -74,6 +74,17 @@ pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> anyhow::
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Make sure `dir`, given by `flag`, can take the report's files before anything is measured:
+/// create it if it is missing and write (then remove) a probe file in it, so that a bad
+/// directory fails the run in a second instead of after its measurements.
+pub fn prepare_out(dir: &Path, flag: &str) -> anyhow::Result<()> {
+    let fail = |e: std::io::Error| anyhow::anyhow!("{flag} {}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(format!(".sluice-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
+}
+
 /// One line of a plot: a label and its (x, y) points.
 pub struct Series {
     /// Legend label.
@@ -97,9 +108,11 @@ pub fn plot_loglog(
     x_label: &str,
     y_label: &str,
 ) -> anyhow::Result<()> {
+    // plotters' errors name neither the file nor what was being done.
+    let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("writing {}: {e}", path.display());
     let width = 560 * panels.len().max(1) as u32;
     let root = SVGBackend::new(path, (width, 460)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
     let areas = root.split_evenly((1, panels.len().max(1)));
     for (panel, area) in panels.iter().zip(areas.iter()) {
         let pts = panel.series.iter().flat_map(|s| s.points.iter());
@@ -122,14 +135,14 @@ pub fn plot_loglog(
                 (x0 * 0.8..x1 * 1.25).log_scale(),
                 (y0 * 0.7..y1 * 1.5).log_scale(),
             )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| fail(&e))?;
         chart
             .configure_mesh()
             .x_desc(x_label)
             .y_desc(y_label)
             .x_label_formatter(&|x| format!("{x:.0e}"))
             .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| fail(&e))?;
         for (i, s) in panel.series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             chart
@@ -137,7 +150,7 @@ pub fn plot_loglog(
                     s.points.iter().copied(),
                     color.stroke_width(2),
                 ))
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .map_err(|e| fail(&e))?
                 .label(s.label.clone())
                 .legend(move |(x, y)| {
                     PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2))
@@ -149,9 +162,9 @@ pub fn plot_loglog(
             .border_style(BLACK)
             .position(SeriesLabelPosition::UpperLeft)
             .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| fail(&e))?;
     }
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| fail(&e))?;
     Ok(())
 }
 
@@ -163,6 +176,23 @@ pub fn progress(total: u64) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     pb
+}
+
+/// Round to `digits` significant digits for JSON output, for figures that span orders of
+/// magnitude (a throughput of 0.031 Mpps must not print as 0.0).
+pub fn significant(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let shift = digits - 1 - x.abs().log10().floor() as i32;
+    // Multiply and divide by exact powers of ten on the side that keeps them whole.
+    if shift >= 0 {
+        let f = 10f64.powi(shift);
+        (x * f).round() / f
+    } else {
+        let f = 10f64.powi(-shift);
+        (x / f).round() * f
+    }
 }
 
 /// Round to one decimal for JSON output.
@@ -184,6 +214,47 @@ mod tests {
         assert_eq!(lines[0], "name            ns");
         assert_eq!(lines[2], "cffs          31.2");
         assert_eq!(lines[3], "binary_heap  333.0");
+    }
+
+    #[test]
+    fn an_unusable_out_dir_is_named_with_its_flag() {
+        let dir = std::env::temp_dir().join(format!("sluice-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = prepare_out(&file.join("sub"), "--out")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--out "), "{err}");
+        assert!(err.contains("a-file/sub"), "{err}");
+        prepare_out(&dir.join("new"), "--out").unwrap();
+        assert_eq!(std::fs::read_dir(dir.join("new")).unwrap().count(), 0);
+        let svg = dir.join("plot.svg");
+        std::fs::create_dir_all(&svg).unwrap();
+        let panel = Panel {
+            title: "t".into(),
+            series: vec![Series {
+                label: "s".into(),
+                points: vec![(1.0, 1.0), (10.0, 2.0)],
+            }],
+        };
+        let err = plot_loglog(&svg, &[panel], "x", "y")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!("writing {}", svg.display())),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn significant_keeps_small_and_large_figures_readable() {
+        assert_eq!(significant(0.031_23, 3), 0.0312);
+        assert_eq!(significant(12.53, 3), 12.5);
+        assert_eq!(significant(1234.5, 3), 1230.0);
+        assert_eq!(significant(0.0004, 3), 0.0004);
+        assert_eq!(significant(0.0, 3), 0.0);
     }
 
     #[test]

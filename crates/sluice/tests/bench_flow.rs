@@ -27,8 +27,29 @@ fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    let lines: Vec<&str> = stdout.lines().collect();
+    let (memory, lines): (Vec<&str>, Vec<&str>) = stdout
+        .lines()
+        .partition(|l| l.starts_with(r#"{"bench":"flow","case":"memory","#));
     assert_eq!(lines.len(), 2 * QUEUES.len() + FLOWS.len(), "{stdout}");
+    // One line per row of the memory table, with its keys in order.
+    assert!(memory.len() >= 2, "{stdout}");
+    for line in &memory {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let state = v["state"].as_str().unwrap();
+        assert_eq!(v["flows"].as_u64(), Some(65536), "{line}");
+        let idle = &v["bytes_per_idle_flow"];
+        assert!(
+            idle.is_null() || idle.as_f64().is_some_and(|b| b >= 0.0),
+            "{line}"
+        );
+        let expected = format!(
+            r#"{{"bench":"flow","case":"memory","state":{},"flows":65536,"bytes_per_idle_flow":{},"bytes_per_active_flow":{}}}"#,
+            serde_json::to_string(state).unwrap(),
+            idle,
+            v["bytes_per_active_flow"]
+        );
+        assert_eq!(*line, expected);
+    }
     let mut seen: HashMap<(String, u64), usize> = HashMap::new();
     for line in &lines {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -53,12 +74,17 @@ fn bench_flow_json_lines_have_the_exact_shape_and_every_case() {
             );
             (queues, text, "mpps")
         };
-        // The exact shape: these keys in this order, nothing else, one decimal.
+        // The exact shape: these keys in this order, nothing else; ns with one decimal,
+        // Mpps with three significant digits.
         assert_eq!(*line, expected);
-        let decimals = number_text(line, key)
-            .split_once('.')
-            .map_or(0, |(_, d)| d.len());
-        assert!(decimals <= 1, "one decimal: {line}");
+        let number = number_text(line, key);
+        if key == "mpps" {
+            let digits = number.trim_start_matches(['0', '.']).replace('.', "");
+            assert!(digits.len() <= 3, "three significant digits: {line}");
+        } else {
+            let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 1, "one decimal: {line}");
+        }
         *seen.entry((case.to_string(), size)).or_insert(0) += 1;
     }
     for case in ["doorbell", "poll_all"] {
@@ -131,6 +157,35 @@ fn bench_flow_tables_show_ratios_and_memory() {
 }
 
 #[test]
+fn a_memory_run_alone_prints_its_json_and_leaves_other_results_in_place() {
+    let dir = scratch_dir("flow-mem");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("bench-flow.csv"), "an earlier run").unwrap();
+    let stdout = sluice_ok(&[
+        "bench",
+        "flow",
+        "--json",
+        "--quick",
+        "--case",
+        "memory",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!stdout.is_empty());
+    assert!(
+        stdout
+            .lines()
+            .all(|l| l.starts_with(r#"{"bench":"flow","case":"memory","#)),
+        "{stdout}"
+    );
+    let kept = std::fs::read_to_string(dir.join("bench-flow.csv")).unwrap();
+    assert_eq!(kept, "an earlier run");
+    assert!(!dir.join("bench-flow.svg").exists());
+    assert!(dir.join("bench-flow-memory.csv").exists());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn bench_flow_rejects_bad_options() {
     assert_rejected(&[
         (
@@ -139,7 +194,15 @@ fn bench_flow_rejects_bad_options() {
         ),
         (
             &["bench", "flow", "--queues", "0"][..],
-            "between 1 and 1e10",
+            "whole number, at least 1",
+        ),
+        (
+            &["bench", "flow", "--queues", "16,16"][..],
+            "--queues names `16` twice",
+        ),
+        (
+            &["bench", "flow", "--repeats", "1e9"][..],
+            "more than the 1000",
         ),
         (&["bench", "flow", "--repeats", "0"][..], "at least 1"),
         (&["bench", "flow", "--flows", "1e9"][..], "supported"),

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_rejected, number_text, scratch_dir, sluice_ok};
+use common::{assert_rejected, number_text, scratch_dir, sluice, sluice_ok};
 use std::collections::HashMap;
 
 const CASES: [&str; 4] = ["hclock", "pfabric", "fq_pacing", "eiffel_fig47"];
@@ -120,6 +120,40 @@ fn bench_sched_tables_have_a_speedup_column_per_case() {
 }
 
 #[test]
+fn an_unusable_out_dir_fails_before_anything_is_measured() {
+    let dir = scratch_dir("sched-out");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = file.join("results");
+    let run = sluice(&[
+        "bench",
+        "sched",
+        "--json",
+        "--flows",
+        "100",
+        "--case",
+        "hclock",
+        "--packets",
+        "1000",
+        "--repeats",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!run.status.success());
+    // Nothing measured, nothing printed; the error names the flag and the directory.
+    assert!(
+        run.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains(&format!("--out {}", out.display())), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn bench_sched_rejects_bad_options() {
     assert_rejected(&[
         (
@@ -128,8 +162,29 @@ fn bench_sched_rejects_bad_options() {
         ),
         (
             &["bench", "sched", "--flows", "0"][..],
-            "between 1 and 1e10",
+            "whole number, at least 1",
         ),
+        (
+            &["bench", "sched", "--flows", "-5"][..],
+            "`-5` must be a whole number, at least 1",
+        ),
+        (
+            &["bench", "sched", "--flows", "100,100"][..],
+            "--flows names `100` twice",
+        ),
+        (
+            &["bench", "sched", "--case", "hclock,hclock"][..],
+            "--case names `hclock` twice",
+        ),
+        (
+            &["bench", "sched", "--repeats", "18446744073709551615"][..],
+            "is more than 1e10",
+        ),
+        (
+            &["bench", "sched", "--repeats", "2000"][..],
+            "more than the 1000 repeats supported",
+        ),
+        (&["bench", "sched", "--repeats", "-1"][..], "at least 1"),
         (&["bench", "sched", "--repeats", "0"][..], "at least 1"),
         (&["bench", "sched", "--flows", "1e9"][..], "supported"),
     ]);

@@ -108,7 +108,63 @@ fn bad_options_are_clear_errors_with_a_nonzero_exit() {
             &["bench", "queues", "--buckets", "1000"][..],
             "power of two",
         ),
-        (&["bench", "queues", "--n", "0"][..], "between 1 and 1e10"),
+        (
+            &["bench", "queues", "--n", "0"][..],
+            "whole number, at least 1",
+        ),
+        (
+            &["bench", "queues", "--n", "1e3,1e3"][..],
+            "--n names `1000` twice",
+        ),
         (&["bench", "queues", "--repeats", "0"][..], "at least 1"),
     ]);
+}
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let dir = scratch_dir("pipe");
+    let policy = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policies/fifo.toml"
+    );
+    let runs: [&[&str]; 2] = [
+        &["policy", "check", policy],
+        &[
+            "bench",
+            "sched",
+            "--json",
+            "--flows",
+            "100",
+            "--case",
+            "hclock",
+            "--packets",
+            "1000",
+            "--repeats",
+            "1",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+    ];
+    for args in runs {
+        // A pipe whose reader is gone before sluice writes, as after `| head -1`.
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.signal(), Some(libc_sigpipe()), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// SIGPIPE's number, which is 13 on every Linux architecture.
+fn libc_sigpipe() -> i32 {
+    nix::sys::signal::Signal::SIGPIPE as i32
 }

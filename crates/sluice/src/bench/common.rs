@@ -12,14 +12,47 @@ pub fn parse_count(s: &str) -> Result<usize, String> {
         t.parse::<f64>()
             .map_err(|_| format!("`{s}` is not a count"))?
     };
-    if !(1.0..=1e10).contains(&v) || v.fract() != 0.0 {
-        return Err(format!("`{s}` must be a whole number between 1 and 1e10"));
+    if !(v >= 1.0 && v.fract() == 0.0) {
+        return Err(format!("`{s}` must be a whole number, at least 1"));
+    }
+    // Each report then applies its own, lower, limit and names it.
+    if v > 1e10 {
+        return Err(format!("`{s}` is more than 1e10"));
     }
     Ok(v as usize)
 }
 
+/// Most timed repeats per cell: a median of a thousand is as good as any, and the bound keeps a
+/// mistyped count from reserving memory for its samples that the machine does not have.
+pub const MAX_REPEATS: usize = 1000;
+
+/// Parse `--repeats`: a count ([`parse_count`]) of at most [`MAX_REPEATS`].
+pub fn parse_repeats(s: &str) -> Result<usize, String> {
+    let n = parse_count(s)?;
+    if n > MAX_REPEATS {
+        return Err(format!(
+            "`{s}` is more than the {MAX_REPEATS} repeats supported"
+        ));
+    }
+    Ok(n)
+}
+
+/// An error naming `flag` if `values` names one value twice: a report measures each once, and
+/// its tables and ratios look cells up by value.
+pub fn no_duplicates<T: PartialEq + std::fmt::Display>(
+    values: &[T],
+    flag: &str,
+) -> anyhow::Result<()> {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            anyhow::bail!("{flag} names `{v}` twice");
+        }
+    }
+    Ok(())
+}
+
 /// The items of `all` named in `names` (all of them if `names` is empty), in the order named,
-/// or an error naming the unknown one (a `what`) and listing the known ones.
+/// or an error naming the unknown one (a `what`) and listing the known ones, or one named twice.
 pub fn pick<T: Copy>(
     names: &[String],
     all: &[T],
@@ -29,6 +62,7 @@ pub fn pick<T: Copy>(
     if names.is_empty() {
         return Ok(all.to_vec());
     }
+    no_duplicates(names, &format!("--{what}"))?;
     names
         .iter()
         .map(|s| {
@@ -76,6 +110,41 @@ mod tests {
         assert!(parse_count("1.5").is_err());
         assert!(parse_count("ten").is_err());
         assert!(parse_count("1e99").is_err());
+        assert_eq!(
+            parse_count("-5"),
+            Err("`-5` must be a whole number, at least 1".into())
+        );
+        assert_eq!(
+            parse_count("nan"),
+            Err("`nan` must be a whole number, at least 1".into())
+        );
+        assert_eq!(parse_count("2e10"), Err("`2e10` is more than 1e10".into()));
+    }
+
+    #[test]
+    fn repeats_are_bounded_and_spelled_like_counts() {
+        assert_eq!(parse_repeats("1e3"), Ok(1000));
+        assert_eq!(parse_repeats("5"), Ok(5));
+        assert!(parse_repeats("0").is_err());
+        assert_eq!(
+            parse_repeats("18446744073709551615"),
+            Err("`18446744073709551615` is more than 1e10".into())
+        );
+        assert_eq!(
+            parse_repeats("1001"),
+            Err("`1001` is more than the 1000 repeats supported".into())
+        );
+    }
+
+    #[test]
+    fn a_value_named_twice_is_refused_with_its_flag() {
+        assert!(no_duplicates(&[1, 2, 3], "--flows").is_ok());
+        let err = no_duplicates(&[100, 200, 100], "--flows").unwrap_err();
+        assert_eq!(err.to_string(), "--flows names `100` twice");
+        let all = [1u8, 2];
+        let name = |k: u8| ["one", "two"][usize::from(k - 1)];
+        let err = pick(&["one".into(), "one".into()], &all, name, "case").unwrap_err();
+        assert_eq!(err.to_string(), "--case names `one` twice");
     }
 
     #[test]

@@ -51,7 +51,7 @@ use topo::{Names, Shaper, SluiceSetup, Topology};
 #[derive(Args, Debug)]
 pub struct DpArgs {
     /// Flow counts, comma separated. Default: 1,10,100,1000 (1,100 with --quick).
-    #[arg(long, value_delimiter = ',', value_parser = parse_flows)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_flows, allow_negative_numbers = true)]
     flows: Vec<usize>,
     /// Aggregate target rates, comma separated. Default: 100mbit,1gbit,5gbit (100mbit,1gbit
     /// with --quick).
@@ -221,8 +221,14 @@ fn plan(args: &DpArgs) -> Plan {
     } else {
         args.shapers.clone()
     };
+    // Each run once, whatever the command line repeats.
     shapers.sort();
     shapers.dedup();
+    let (mut flows, mut targets) = (flows, targets);
+    flows.sort_unstable();
+    flows.dedup();
+    targets.sort_unstable();
+    targets.dedup();
     let window = args.duration.unwrap_or(if args.quick { 4 } else { 10 });
     Plan {
         flows,
@@ -343,6 +349,9 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
         None => std::env::current_exe().context("cannot find this executable")?,
     };
     preflight(&binary)?;
+    if let Some(out) = &args.samples {
+        crate::report::prepare_out(out, "--samples")?;
+    }
     procs::install_handlers()?;
     let pid = std::process::id();
     let dir = std::env::temp_dir().join(format!("sluice-bench-dp-{pid}"));
@@ -367,9 +376,6 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
         }
     }
     let (outcomes, failed) = result?;
-    if let Some(out) = &args.samples {
-        write_samples(out, &outcomes)?;
-    }
     let load = format!(
         "load average {load_before} before, {} after",
         load_average()
@@ -378,6 +384,10 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
         eprintln!("sluice bench dp: {load}");
     } else {
         print_report(&outcomes, &plan, &load);
+    }
+    // After the report, so that a file error never loses the measurements.
+    if let Some(out) = &args.samples {
+        write_samples(out, &outcomes)?;
     }
     if !failed.is_empty() {
         for f in &failed {
@@ -869,9 +879,9 @@ mod tests {
             &args(&[
                 "--quick",
                 "--flows",
-                "10",
+                "10,10",
                 "--targets",
-                "200mbit,2.5gbit",
+                "2.5gbit,200mbit,200mbit",
                 "--shapers",
                 "tbf,sluice,tbf",
                 "--duration",

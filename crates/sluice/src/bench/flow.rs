@@ -39,7 +39,7 @@
 //! sizes (the targets) hold on a noisy machine. Every runner checks afterwards that it handed
 //! out every packet it queued, exactly once.
 
-use super::common::{fmt_n, median, parse_count, pick};
+use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -72,16 +72,16 @@ pub struct FlowArgs {
     case: Vec<String>,
     /// Data queue counts for doorbell and poll_all, comma separated.
     /// Default: 1,16,256,1024,4096,16384.
-    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, allow_negative_numbers = true)]
     queues: Vec<usize>,
     /// Flow counts for admission, comma separated. Default: 1e3,1e4,1e5,1e6.
-    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, allow_negative_numbers = true)]
     flows: Vec<usize>,
     /// Packets per timing (default 1e6, or 1e5 with --quick).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     packets: Option<usize>,
     /// Timed repeats per cell; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_repeats, allow_negative_numbers = true)]
     repeats: usize,
     /// Directory for bench-flow.csv, bench-flow-memory.csv and bench-flow.svg.
     #[arg(long, default_value = "results")]
@@ -145,6 +145,17 @@ struct FlowsLine<'a> {
     case: &'a str,
     flows: usize,
     ns_per_packet: f64,
+}
+
+/// A `memory` row as JSON (`null` where the state cannot be measured).
+#[derive(Serialize)]
+struct MemoryLine<'a> {
+    bench: &'static str,
+    case: &'static str,
+    state: &'a str,
+    flows: usize,
+    bytes_per_idle_flow: Option<f64>,
+    bytes_per_active_flow: Option<f64>,
 }
 
 /// One measured cell: a throughput cell has `queues`, an admission cell `flows`.
@@ -683,9 +694,6 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
 
 /// Run the benchmark.
 pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
-    if args.repeats == 0 {
-        bail!("--repeats must be at least 1");
-    }
     let cases = pick(&args.case, &Case::ALL, Case::name, "case")?;
     let queue_counts: Vec<usize> = if !args.queues.is_empty() {
         args.queues.clone()
@@ -707,6 +715,9 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
     if let Some(&f) = flow_counts.iter().find(|&&f| f > MAX_FLOWS) {
         bail!("--flows {f} is more than the {MAX_FLOWS} supported");
     }
+    no_duplicates(&queue_counts, "--queues")?;
+    no_duplicates(&flow_counts, "--flows")?;
+    report::prepare_out(&args.out, "--out")?;
     let packets = args
         .packets
         .unwrap_or(if args.quick { 100_000 } else { 1_000_000 });
@@ -787,11 +798,25 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
                     bench: "flow",
                     case: c.case.name(),
                     queues: c.size,
-                    mpps: report::one_decimal(c.mpps()),
+                    mpps: report::significant(c.mpps(), 3),
                 })
             }
             .context("encoding a JSON line")?;
             println!("{text}");
+        }
+        for r in memory.iter().flatten() {
+            let line = MemoryLine {
+                bench: "flow",
+                case: Case::Memory.name(),
+                state: r.what,
+                flows: mem_flows,
+                bytes_per_idle_flow: r.idle.map(report::one_decimal),
+                bytes_per_active_flow: r.active.map(report::one_decimal),
+            };
+            println!(
+                "{}",
+                serde_json::to_string(&line).context("encoding a JSON line")?
+            );
         }
     }
 
@@ -901,8 +926,6 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
         }
     }
 
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
     let rows: Vec<Vec<String>> = cells
         .iter()
         .map(|c| {
@@ -925,20 +948,26 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    let csv = args.out.join("bench-flow.csv");
-    report::write_csv(
-        &csv,
-        &[
-            "case",
-            "queues",
-            "flows",
-            "mpps",
-            "ns_per_packet",
-            "relative_to_reference",
-            "doorbell_over_poll_all",
-        ],
-        &rows,
-    )?;
+    // Only the files this run has data for: a run of `memory` alone leaves an earlier run's
+    // timings and plot in place.
+    let mut written = Vec::new();
+    if !cells.is_empty() {
+        let csv = args.out.join("bench-flow.csv");
+        report::write_csv(
+            &csv,
+            &[
+                "case",
+                "queues",
+                "flows",
+                "mpps",
+                "ns_per_packet",
+                "relative_to_reference",
+                "doorbell_over_poll_all",
+            ],
+            &rows,
+        )?;
+        written.push(csv);
+    }
     if let Some(rows) = &memory {
         let b = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.2}"));
         let mem_rows: Vec<Vec<String>> = rows
@@ -952,8 +981,9 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
                 ]
             })
             .collect();
+        let csv = args.out.join("bench-flow-memory.csv");
         report::write_csv(
-            &args.out.join("bench-flow-memory.csv"),
+            &csv,
             &[
                 "state",
                 "flows",
@@ -962,6 +992,7 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
             ],
             &mem_rows,
         )?;
+        written.push(csv);
     }
     let mut panels = Vec::new();
     if !engines.is_empty() {
@@ -993,9 +1024,13 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
             }],
         });
     }
-    let svg = args.out.join("bench-flow.svg");
-    report::plot_loglog(&svg, &panels, "data queues / flows", "Mpps / ns per packet")?;
-    eprintln!("wrote {} and {}", csv.display(), svg.display());
+    if !panels.is_empty() {
+        let svg = args.out.join("bench-flow.svg");
+        report::plot_loglog(&svg, &panels, "data queues / flows", "Mpps / ns per packet")?;
+        written.push(svg);
+    }
+    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    eprintln!("wrote {}", names.join(", "));
     Ok(())
 }
 

@@ -11,7 +11,7 @@
 //! At N above `--ops` a round is one fill and empty of N items, and there are fewer rounds
 //! (about `--repeats * --ops` items in all, at least one round).
 
-use super::common::{fmt_n, median, parse_count, pick};
+use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -32,7 +32,7 @@ pub struct QueuesArgs {
     #[arg(long)]
     json: bool,
     /// Queued items, comma separated (e.g. 1e3,1e6). Default: 1e3,1e4,1e5,1e6,1e7.
-    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, allow_negative_numbers = true)]
     n: Vec<usize>,
     /// Workloads: hold, pacing, drain. Default: all.
     #[arg(long, value_delimiter = ',')]
@@ -46,10 +46,10 @@ pub struct QueuesArgs {
     #[arg(long, default_value_t = 2048)]
     buckets: usize,
     /// Operations per timing (default 1e6, or 2e5 with --quick).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     ops: Option<usize>,
     /// Timed repeats per cell; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_repeats, allow_negative_numbers = true)]
     repeats: usize,
     /// Directory for bench-queues.csv and bench-queues.svg.
     #[arg(long, default_value = "results")]
@@ -210,9 +210,6 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
             args.buckets
         );
     }
-    if args.repeats == 0 {
-        bail!("--repeats must be at least 1");
-    }
     let kinds = pick(
         &args.structure,
         QueueKind::BENCHMARKED,
@@ -227,6 +224,8 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
     } else {
         vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000]
     };
+    no_duplicates(&ns, "--n")?;
+    report::prepare_out(&args.out, "--out")?;
     let ops = args
         .ops
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
@@ -298,8 +297,6 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
         }
     }
 
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
     let rows: Vec<Vec<String>> = cells
         .iter()
         .map(|c| {

@@ -24,7 +24,7 @@
 //! A cell is the median of its rounds. Afterwards both must have sent the same number of
 //! packets, rejected none and still hold two packets of every flow; otherwise the run fails.
 
-use super::common::{fmt_n, median, parse_count, pick};
+use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -44,16 +44,16 @@ pub struct SchedArgs {
     #[arg(long)]
     json: bool,
     /// Flow counts, comma separated (e.g. 1e3,1e6). Default: 1e2,1e3,1e4,1e5,1e6.
-    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, allow_negative_numbers = true)]
     flows: Vec<usize>,
     /// Cases: hclock, pfabric, fq_pacing, eiffel_fig47. Default: all.
     #[arg(long, value_delimiter = ',')]
     case: Vec<String>,
     /// Packets per timing, at least four times the flows (default 1e6, or 2e5 with --quick).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     packets: Option<usize>,
     /// Timed repeats per cell; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_repeats, allow_negative_numbers = true)]
     repeats: usize,
     /// Directory for bench-sched.csv and bench-sched.svg.
     #[arg(long, default_value = "results")]
@@ -131,9 +131,6 @@ fn measure_cell(
 
 /// Run the benchmark.
 pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
-    if args.repeats == 0 {
-        bail!("--repeats must be at least 1");
-    }
     let cases = pick(&args.case, &Case::ALL, Case::name, "case")?;
     let flow_counts: Vec<usize> = if !args.flows.is_empty() {
         args.flows.clone()
@@ -145,6 +142,8 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     if let Some(&n) = flow_counts.iter().find(|&&n| n > MAX_FLOWS) {
         bail!("--flows {n} is more than the {MAX_FLOWS} supported");
     }
+    no_duplicates(&flow_counts, "--flows")?;
+    report::prepare_out(&args.out, "--out")?;
     let packets = args
         .packets
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 }) as u64;
@@ -214,7 +213,7 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
                 );
                 let cell = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
                 let speedup = match (s, b) {
-                    (Some(s), Some(b)) => format!("{:.1}x", b / s),
+                    (Some(s), Some(b)) => format!("{:.2}x", shown(b / s, true)),
                     _ => "-".into(),
                 };
                 t.row(vec![fmt_n(flows), cell(s), cell(b), speedup]);
@@ -230,8 +229,6 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
         }
     }
 
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
     let rows: Vec<Vec<String>> = cells
         .iter()
         .map(|c| {
@@ -327,15 +324,30 @@ fn target_lines(cases: &[Case], ns: impl Fn(Case, Impl, usize) -> Option<f64>) -
 }
 
 /// `what 4.03x (at least 5x: missed)`: the ratio `got` against `limit` (a floor if `at_least`,
-/// else a ceiling), printed with two decimals rounded toward failing.
+/// else a ceiling), printed as [`shown`] prints it.
 fn judged(what: &str, got: f64, limit: f64, at_least: bool) -> String {
-    let (shown, met, bound) = if at_least {
-        ((got * 100.0).floor() / 100.0, got >= limit, "at least")
-    } else {
-        ((got * 100.0).ceil() / 100.0, got <= limit, "at most")
-    };
+    let met = if at_least { got >= limit } else { got <= limit };
+    let mut shown = shown(got, at_least);
+    // A ratio a hair below its limit must not read as the limit itself.
+    if !met && shown == limit {
+        shown += if at_least { -0.01 } else { 0.01 };
+    }
+    let bound = if at_least { "at least" } else { "at most" };
     let verdict = if met { "met" } else { "missed" };
     format!("{what} {shown:.2}x ({bound} {limit:.0}x: {verdict})")
+}
+
+/// A ratio with two decimals, rounded toward failing: down for a speedup (`at_least`), up for
+/// a growth, so that a table and a verdict never read "5.00x" for 4.996x. The nudge of 1e-9
+/// undoes the binary error of the division (510 / 100 is 5.0999...), which would otherwise
+/// show as 5.09x.
+fn shown(got: f64, at_least: bool) -> f64 {
+    let hundredths = got * 100.0;
+    if at_least {
+        (hundredths + 1e-9).floor() / 100.0
+    } else {
+        (hundredths - 1e-9).ceil() / 100.0
+    }
 }
 
 /// Which pages the run's memory was on: 4 KiB unless glibc's allocator was told to ask for
@@ -411,6 +423,26 @@ mod target_tests {
         // A run without 1e6 flows (--quick) has nothing to judge.
         assert!(
             target_lines(&Case::ALL, |_, _, flows| (flows < 1_000_000).then_some(1.0)).is_empty()
+        );
+    }
+
+    #[test]
+    fn ratios_show_exact_hundredths_unchanged_and_the_rest_toward_failing() {
+        // 510 / 100 and 110 / 100 are 5.0999... and 1.1000...01 in binary.
+        assert_eq!(shown(510.0 / 100.0, true), 5.1);
+        assert_eq!(shown(110.0 / 100.0, false), 1.1);
+        assert_eq!(shown(463.7 / 93.1, true), 4.98);
+        assert_eq!(shown(179.6 / 90.3, false), 1.99);
+        // Within the nudge of the limit but below it: shown below, never as the limit.
+        let hair = 5.0 - 1e-12;
+        assert_eq!(
+            judged("speedup", hair, 5.0, true),
+            "speedup 4.99x (at least 5x: missed)"
+        );
+        let hair = 2.0 + 1e-12;
+        assert_eq!(
+            judged("growth", hair, 2.0, false),
+            "growth 2.01x (at most 2x: missed)"
         );
     }
 }
