@@ -13,11 +13,12 @@ fn vt(len: u32, weight: u32) -> u64 {
 }
 
 /// Weighted fair queuing as start-time fair queuing (Goyal et al.): a member's start tag is
-/// `S = max(V, F)` where `F` is its last finish tag, `F = S + len / w` once it sends a packet of
-/// `len` bytes, and members leave by S; the virtual time V is the start tag of the member last
-/// served. Fair to within one packet per member, with no per-round scan and no floating point
-/// (tags are integers, [`VT_PER_BYTE`] per byte at weight 1, so weights up to 2^16 keep whole
-/// units).
+/// `S = max(V, F)` when it becomes backlogged, where `F` is its last finish tag, and `S = F`
+/// while it stays backlogged; `F = S + len / w` once it sends a packet of `len` bytes, and
+/// members leave by S; the virtual time V is the largest start tag served. Fair to within one
+/// packet per member on an exact queue, one bucket on a bucketed one, with no per-round scan
+/// and no floating point (tags are integers, [`VT_PER_BYTE`] per byte at weight 1, a charge
+/// truncated to whole units).
 ///
 /// Per member at every node (flows at a leaf, children above): one entry per member with
 /// packets, its start tag computed when its head changes, charging the length of the packet
@@ -58,7 +59,13 @@ impl Policy for Wfq {
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         tags.b = tags.a + vt(s.sent.len, cfg.weight);
         self.v = self.v.max(tags.a);
-        tags.a = self.v.max(tags.b);
+        // Still backlogged: its next packet arrived while V was at most F, so S = F. Taking
+        // max(V, F) here, as `activate` does, pulled every member up to the largest start tag
+        // served: in a bucketed queue members of one bucket leave in arrival order, not by
+        // start tag, so V jumps within the bucket, and members whose packets move their tags
+        // by less than a bucket (heavy weights) lost the lead their weight earned, down to
+        // round robin (weights 3 : 1 shared 1.9 : 1).
+        tags.a = tags.b;
         [tags.a, ABSENT]
     }
     fn set_param(&mut self, name: &str, value: u64) -> bool {

@@ -83,6 +83,9 @@ impl Rls {
         if s.from == 1 {
             self.v = self.v.max(tags.b);
         }
+        // The next share start: F while the member stays backlogged, as in WFQ (fair.rs's
+        // `served` says why not max(V, F)); `activate` takes max(V, F) when it comes back.
+        tags.b = tags.c;
     }
 
     /// Share tags only: the reservation tag is a time.
@@ -158,7 +161,6 @@ impl Policy for HClock {
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         self.0.charge(tags, cfg, s, s.from == 0);
-        tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
     fn keeps(&self, from: usize) -> Option<usize> {
@@ -183,7 +185,6 @@ impl Policy for Htb {
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         self.0.charge(tags, cfg, s, true);
-        tags.b = self.0.v.max(tags.c);
         Rls::ranks(tags, cfg)
     }
 }
