@@ -642,6 +642,32 @@ fn lqf_serves_the_longest_queue() {
 }
 
 #[test]
+fn lqf_tells_adjacent_lengths_apart_at_any_capacity() {
+    // The default capacity (65536) and one far larger: `auto` sized the queue for one rank too
+    // many (capacity + 1), which gave adjacent lengths one bucket at the default, and four
+    // lengths one bucket at 2^18.
+    for capacity in [SchedConfig::default().capacity, 1 << 18] {
+        let config = SchedConfig {
+            capacity,
+            ..SchedConfig::default()
+        };
+        let mut s = one_leaf(config, NodeSpec::new("lqf", PolicyKind::Lqf));
+        let mut t = 0;
+        for (flow, n) in [(1u64, 3), (2, 4), (3, 1), (4, 2)] {
+            for _ in 0..n {
+                s.enqueue(0, &packet(t, 0, flow, 100)).unwrap();
+                t += 1;
+            }
+        }
+        let first: Vec<u64> = (0..2)
+            .filter_map(|_| s.dequeue(0).map(|d| d.flow))
+            .collect();
+        // Flow 2 (4 packets), then flow 1, which reached 3 before flow 2 came down to it.
+        assert_eq!(first, [2, 1], "capacity {capacity}");
+    }
+}
+
+#[test]
 fn edf_and_lstf_order_by_deadline_and_slack() {
     for policy in [PolicyKind::Edf, PolicyKind::Lstf] {
         let mut b = TreeBuilder::new(cfg(1000));

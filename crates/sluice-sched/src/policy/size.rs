@@ -88,16 +88,29 @@ impl Policy for Pfabric {
 }
 
 /// Longest queue first: the flow with the most available packets goes first; ties in the order
-/// they reached that length. Rank = capacity - available. Tags unused.
+/// they reached that length. Rank = L - min(available, L), over `0..L` where L is the
+/// scheduler's capacity or [`LQF_LENGTHS`] if that is less: one bucket per length with
+/// `auto`, so queues of 4 and 3 packets are never confused, and all queues longer than 2^16
+/// packets tie. Tags unused.
 #[derive(Debug, Default)]
 pub struct Lqf {
     /// The scheduler's capacity in packets (the longest possible queue), set by the tree.
     pub capacity: u64,
 }
 
+/// Queue lengths LQF tells apart: as many as `auto` gives one bucket each (an exact cFFS or
+/// hierarchical FFS of 2^16 buckets). Ranking every length up to a capacity of 2^16 + 1 or
+/// more made `auto` share buckets between adjacent lengths.
+pub const LQF_LENGTHS: u64 = 1 << 16;
+
 impl Lqf {
+    fn lengths(capacity: u64) -> u64 {
+        capacity.clamp(1, LQF_LENGTHS)
+    }
+
     fn rank(&self, available: u32) -> Rank {
-        self.capacity.saturating_sub(u64::from(available))
+        let l = Self::lengths(self.capacity);
+        l - u64::from(available).min(l)
     }
 }
 
@@ -110,7 +123,7 @@ impl Policy for Lqf {
     }
     fn shape(&self, cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Fixed {
-            max: u64::from(cx.capacity) + 1,
+            max: Self::lengths(u64::from(cx.capacity)),
         }
     }
     fn activate(&mut self, _: &mut Tags, _: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
