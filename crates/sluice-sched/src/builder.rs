@@ -270,8 +270,30 @@ pub(crate) struct Plan {
     pub capacity: usize,
     pub flows: usize,
     pub shaper: QueueSpec,
-    pub horizon_ns: u64,
+    pub horizon: Horizon,
     pub beyond_horizon: Overflow,
+}
+
+/// How far ahead the one shaper holds a release.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Horizon {
+    /// `slots * slot_ns` for a timing wheel; `u64::MAX` for an exact structure (any time).
+    pub ns: u64,
+    /// The wheel's slot.
+    pub slot_ns: u64,
+}
+
+impl Horizon {
+    /// The latest release the shaper takes at `now`. A wheel's window starts at the start of
+    /// now's slot, so this is up to a slot short of `now + ns`: a release clamped only to that
+    /// would be clamped again by the wheel, one slot earlier.
+    pub fn latest(&self, now: u64) -> u64 {
+        if self.ns == u64::MAX {
+            return u64::MAX;
+        }
+        let slot = self.slot_ns.max(1);
+        (now - now % slot).saturating_add(self.ns - 1)
+    }
 }
 
 /// Builds a [`Scheduler`]; see the module note.
@@ -491,10 +513,13 @@ impl TreeBuilder {
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;
         // The wheel holds `slots * slot_ns` ahead of the present; an exact structure, any time.
-        let horizon_ns = if s.kind.exact() {
-            u64::MAX
-        } else {
-            s.horizon_ns().max(1)
+        let horizon = Horizon {
+            ns: if s.kind.exact() {
+                u64::MAX
+            } else {
+                s.horizon_ns().max(1)
+            },
+            slot_ns: s.slot_ns,
         };
         Ok(Plan {
             nodes,
@@ -505,7 +530,7 @@ impl TreeBuilder {
             capacity: self.cfg.capacity,
             flows: self.cfg.flows,
             shaper,
-            horizon_ns,
+            horizon,
             beyond_horizon: s.beyond_horizon,
         })
     }
@@ -555,7 +580,7 @@ impl TreeBuilder {
             plan.capacity,
             plan.flows,
             (shaper, plan.shaper),
-            plan.horizon_ns,
+            plan.horizon,
             plan.beyond_horizon,
         )
         .map_err(|_| BuildError::OutOfMemory(plan.capacity.max(plan.flows)))

@@ -89,7 +89,9 @@ impl Gate {
             lts.max(now_fp.saturating_sub(self.rate.tx_time_fp(self.burst_bytes)))
         };
         self.set_lts(start + self.rate.tx_time_fp_of(len, self.per_byte));
-        (start >> 32) as u64
+        // Saturated: within a packet's time of u64::MAX ns, a wrapped stamp lay in the past
+        // and the gate let a burst through.
+        u64::try_from(start >> 32).unwrap_or(u64::MAX)
     }
 
     /// The release time `stamp` would give, without taking it.

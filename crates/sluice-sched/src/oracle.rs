@@ -15,7 +15,7 @@
 //! classifier. A differential test runs both on the same packets and
 //! demands the same departures. Approximate queues have no exact model and are not supported.
 
-use crate::builder::{BuildError, TreeBuilder};
+use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
 use crate::gate::Gate;
 use crate::packet::{Meta, Packet};
@@ -89,8 +89,8 @@ pub struct OracleTree {
     packets: Vec<Meta>,
     waits: Vec<Wait>,
     shaper: Oracle<u32>,
-    /// A release further than this ahead waits only this long (minus one ns).
-    horizon_ns: u64,
+    /// A release later than the shaper's latest waits only until then.
+    horizon: Horizon,
     /// Whether a flow's packet beyond the horizon is rejected.
     beyond_reject: bool,
     held: usize,
@@ -152,7 +152,7 @@ impl OracleTree {
             packets: Vec::new(),
             waits: Vec::new(),
             shaper: Oracle::new(model, usize::MAX),
-            horizon_ns: plan.horizon_ns,
+            horizon: plan.horizon,
             beyond_reject: plan.beyond_horizon == sluice_queue::Overflow::Reject,
             held: 0,
             capacity: plan.capacity,
@@ -232,7 +232,7 @@ impl OracleTree {
                 !f.line.in_flight && f.line.waiting.is_empty(),
             ) {
                 let t = g.peek(now, p.len);
-                if t > now && t - now >= self.horizon_ns {
+                if t > self.horizon.latest(now) {
                     if f.queued == 0 {
                         self.idle.push_back(id);
                     }
@@ -257,7 +257,7 @@ impl OracleTree {
     }
 
     fn wait(&mut self, at: u64, now: u64, w: Wait) {
-        let at = at.min(now.saturating_add(self.horizon_ns - 1));
+        let at = at.min(self.horizon.latest(now));
         self.shaper.advance(now);
         self.waits.push(w);
         let _ = self.shaper.push(at, (self.waits.len() - 1) as u32);

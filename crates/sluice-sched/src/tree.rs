@@ -38,6 +38,7 @@
 //! Nothing allocates after construction: packets, flows, shaper records and every queue are
 //! reserved for the configured capacities. Time is passed in; nothing reads a clock.
 
+use crate::builder::Horizon;
 use crate::classify::Classifier;
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
 use crate::gate::{Gate, GateLine};
@@ -324,7 +325,7 @@ pub struct Scheduler {
     /// could come first.
     shaper_due: u64,
     shaper_spec: QueueSpec,
-    horizon_ns: u64,
+    horizon: Horizon,
     beyond_horizon: Overflow,
     /// Packets given to the root, ready to leave (through the root's gate, at dequeue).
     ready: u32,
@@ -358,7 +359,7 @@ impl Scheduler {
         capacity: usize,
         flow_capacity: usize,
         shaper: (AnyQueue<u32>, QueueSpec),
-        horizon_ns: u64,
+        horizon: Horizon,
         beyond_horizon: Overflow,
     ) -> Result<Self, std::collections::TryReserveError> {
         let (shaper, shaper_spec) = shaper;
@@ -384,7 +385,7 @@ impl Scheduler {
             shaper,
             shaper_due: u64::MAX,
             shaper_spec,
-            horizon_ns,
+            horizon,
             beyond_horizon,
             ready: 0,
             root_waited: false,
@@ -527,7 +528,7 @@ impl Scheduler {
         if self.beyond_horizon == Overflow::Reject {
             if let (Some(g), true) = (f.gate.as_ref(), f.gate_next == NIL) {
                 let t = g.peek(now, p.len);
-                if t > now && t - now >= self.horizon_ns {
+                if t > self.horizon.latest(now) {
                     if f.queued == 0 {
                         self.flows.emptied(flow);
                     }
@@ -617,9 +618,12 @@ impl Scheduler {
     /// Put a shaper item (see [`FLOW_ITEM`]) in the shaper until `at`: its gate's one packet
     /// in flight.
     fn park(&mut self, at: u64, now: u64, item: u32) {
-        let at = if at - now >= self.horizon_ns {
+        // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
+        // and counted twice ([`Horizon::latest`]).
+        let latest = self.horizon.latest(now);
+        let at = if at > latest {
             self.stats.clamped += 1;
-            now + self.horizon_ns - 1
+            latest
         } else {
             at
         };
@@ -1282,7 +1286,7 @@ impl Scheduler {
         }
         self.describe_node_notes(&mut out);
         let s = &self.shaper_spec;
-        let shape = if self.horizon_ns == u64::MAX {
+        let shape = if self.horizon.ns == u64::MAX {
             format!("{} (exact: no horizon)", s.kind)
         } else {
             let beyond = if self.beyond_horizon == Overflow::Reject {
@@ -1291,10 +1295,10 @@ impl Scheduler {
                 "clamp"
             };
             // Seconds to the millisecond, or nanoseconds for a horizon below it.
-            let horizon = if self.horizon_ns >= 1_000_000 {
-                format!("{:.3} s", self.horizon_ns as f64 / 1e9)
+            let horizon = if self.horizon.ns >= 1_000_000 {
+                format!("{:.3} s", self.horizon.ns as f64 / 1e9)
             } else {
-                format!("{} ns", self.horizon_ns)
+                format!("{} ns", self.horizon.ns)
             };
             format!(
                 "{} {} slots x {} ns (horizon {horizon}), beyond horizon: {beyond}",

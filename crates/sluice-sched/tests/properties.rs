@@ -858,6 +858,48 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
 }
 
 #[test]
+fn a_clamped_release_is_counted_once_and_leaves_at_the_wheels_last_slot() {
+    // On a slot boundary and off one: from mid-slot, now + horizon lies past the wheel's
+    // window (which starts at the start of now's slot), so the wheel clamped the release
+    // again and the scheduler counted it twice.
+    let shaper = ShaperConfig {
+        slot_ns: 1024,
+        slots: 1024,
+        ..ShaperConfig::default()
+    };
+    for now in [1024 * 1_000_000, S + 1, S + 1023] {
+        let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
+        s.enqueue(now, &packet(0, 0, 1, 1500)).unwrap();
+        s.enqueue(now, &packet(1, 0, 1, 1500)).unwrap();
+        assert_eq!(s.stats().clamped, 1, "now {now}: {:?}", s.stats());
+        assert_eq!(s.dequeue(now).unwrap().token, 0);
+        // It leaves in the wheel's last slot: no earlier, and no later than the horizon.
+        let slot_start = now - now % 1024;
+        let last_slot = slot_start + 1023 * 1024;
+        assert_eq!(s.dequeue(last_slot - 1), None, "now {now}");
+        let t = s.next_event(now).unwrap();
+        assert!(
+            t >= last_slot && t < slot_start + 1024 * 1024,
+            "now {now}: {t}"
+        );
+        assert_eq!(s.dequeue(t).unwrap().token, 1);
+    }
+}
+
+#[test]
+fn pacing_holds_at_the_end_of_time() {
+    // Within a packet's time of u64::MAX ns the gate's stamp wrapped into the past and a
+    // 1 Mbit/s flow sent three 1500 B packets at once.
+    let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), ShaperConfig::default()).unwrap();
+    let now = u64::MAX - 5 * MS;
+    for t in 0..3 {
+        s.enqueue(now, &packet(t, 0, 1, 1500)).unwrap();
+    }
+    let sent = std::iter::from_fn(|| s.dequeue(now)).count();
+    assert_eq!(sent, 1);
+}
+
+#[test]
 fn next_event_says_when_to_wake() {
     let mut b = TreeBuilder::new(cfg(100));
     let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo).rate(Rate::mbit(12), 0));
