@@ -128,9 +128,23 @@ pub struct Datapath {
     /// [`Datapath::track_readiness`] was called.
     readable: Vec<bool>,
     tracking_readiness: bool,
+    /// A port whose device is gone (its tap deleted under the daemon), and why: every read
+    /// would fail the same way, so the host stops ([`Datapath::port_gone`]).
+    gone: Option<(usize, io::Error)>,
+    /// Ports whose last reported error was already logged (an interface that is down).
+    error_logged: Vec<bool>,
     at_bound: AtBound,
     malformed: Malformed,
     counters: Counters,
+}
+
+/// Whether a read error means the port's device is gone for good: a tap whose interface was
+/// deleted reads `EBADFD`; a vanished device `ENODEV` or `ENXIO`.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADFD | libc::ENODEV | libc::ENXIO)
+    )
 }
 
 impl Datapath {
@@ -194,6 +208,8 @@ impl Datapath {
             held: vec![None; n],
             readable: vec![true; n],
             tracking_readiness: false,
+            gone: None,
+            error_logged: vec![false; n],
             ports,
             names,
             links: built,
@@ -232,6 +248,40 @@ impl Datapath {
         if let Some(r) = self.readable.get_mut(p) {
             *r = true;
         }
+    }
+
+    /// The port whose device is gone, by name, and the error its reads gave: a host stops the
+    /// daemon when it sees one (a level-triggered epoll would report the dead descriptor
+    /// forever, and every read fail).
+    pub fn port_gone(&self) -> Option<(&str, &io::Error)> {
+        self.gone
+            .as_ref()
+            .map(|(p, e)| (self.names[*p].as_str(), e))
+    }
+
+    /// Epoll reported an error condition on port `p`: take the port's pending error so that
+    /// it is not reported again, and log it once while it lasts (an AF_PACKET socket reports
+    /// `ENETDOWN` when its interface goes down or is deleted, and frames resume if it comes
+    /// back up).
+    pub fn port_error(&mut self, p: usize) {
+        let Some(port) = self.ports.get(p) else {
+            return;
+        };
+        match port.take_error() {
+            Ok(Some(e)) if is_gone(&e) => {
+                self.gone.get_or_insert((p, e));
+            }
+            Ok(Some(e)) => {
+                if !std::mem::replace(&mut self.error_logged[p], true) {
+                    tracing::warn!(port = %self.names[p], error = %e, "port reports an error");
+                }
+            }
+            Ok(None) => self.error_logged[p] = false,
+            Err(e) => {
+                tracing::warn!(port = %self.names[p], error = %e, "cannot read the port's error")
+            }
+        }
+        self.readable(p);
     }
 
     /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
@@ -319,6 +369,16 @@ impl Datapath {
                 Err(e) => {
                     self.buffers.give(buf);
                     self.readable[p] = !self.tracking_readiness;
+                    if is_gone(&e) {
+                        self.gone.get_or_insert((p, e));
+                        break;
+                    }
+                    if e.kind() == io::ErrorKind::InvalidData {
+                        // A frame was read but cannot be used (a tap's frame cut at the
+                        // buffer's end): lost here, so counted here.
+                        self.counters.malformed("unreadable_frame");
+                        self.counters.drop(DropReason::Malformed);
+                    }
                     if e.kind() != io::ErrorKind::Interrupted {
                         tracing::warn!(port = %self.names[p], error = %e, "read failed");
                     }

@@ -199,6 +199,7 @@ impl Engine {
             if self.stopping() {
                 return Ok(None);
             }
+            self.check_ports()?;
             for (p, watched) in watching.iter_mut().enumerate() {
                 let want = self.datapath.wants_read(p);
                 if want != *watched {
@@ -259,9 +260,27 @@ impl Engine {
                     WAKE => {
                         let _ = self.wake.read();
                     }
+                    p if ev
+                        .events()
+                        .intersects(EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) =>
+                    {
+                        self.datapath.port_error(p as usize);
+                    }
                     p => self.datapath.readable(p as usize), // a port has frames
                 }
             }
+        }
+    }
+
+    /// Stop with an error if a port's device is gone (its tap deleted under the daemon):
+    /// its reads would fail for good and its descriptor wake the loop forever.
+    fn check_ports(&self) -> Result<(), DaemonError> {
+        match self.datapath.port_gone() {
+            Some((port, e)) => Err(DaemonError::PortGone {
+                port: port.to_string(),
+                error: e.to_string(),
+            }),
+            None => Ok(()),
         }
     }
 
@@ -273,6 +292,7 @@ impl Engine {
             rounds += 1;
             if rounds == BUSY_CHECK_EVERY {
                 rounds = 0;
+                self.check_ports()?;
                 if let Some(sig) = signals.and_then(read_signal) {
                     return Ok(Some(sig));
                 }

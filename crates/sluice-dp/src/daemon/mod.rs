@@ -100,6 +100,14 @@ pub enum DaemonError {
     /// An engine thread failed.
     #[error("{0}")]
     Engine(String),
+    /// A port's device went away while the daemon ran.
+    #[error("port `{port}`: its device is gone ({error})")]
+    PortGone {
+        /// The port's name.
+        port: String,
+        /// What reading it said.
+        error: String,
+    },
     /// A system call of the event loop failed.
     #[error("{what}: {source}")]
     Sys {
@@ -464,11 +472,19 @@ impl Daemon {
         // Releases are due to the microsecond; the default 50 us of timer slack would add to
         // every one of them.
         let _ = nix::sys::prctl::set_timerslack(1);
-        let signal = match &mut self.engines {
-            Engines::One(engine) => engine.run(Some(&sfd))?,
-            Engines::Many(supervisor) => supervisor.run(&sfd)?,
+        let ran = match &mut self.engines {
+            Engines::One(engine) => engine.run(Some(&sfd)),
+            Engines::Many(supervisor) => supervisor.run(&sfd),
         };
-        Ok(self.stop(signal))
+        match ran {
+            Ok(signal) => Ok(self.stop(signal)),
+            Err(e) => {
+                // Taken down in order all the same (taps, namespaces), then reported.
+                tracing::error!(error = %e, "stopping on an error");
+                self.stop(None);
+                Err(e)
+            }
+        }
     }
 
     /// Take everything down, in order: control endpoints, engines and ports (taps vanish),

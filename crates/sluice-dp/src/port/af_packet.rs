@@ -538,7 +538,9 @@ pub struct AfPacket {
     counters: PortCounters,
     /// Kernel drops read so far (`PACKET_STATISTICS` resets on each read).
     kernel_drops: Cell<u64>,
+    /// Frames skipped: truncated by the kernel, or too big for a buffer.
     truncated: u64,
+    warned_too_big: bool,
 }
 
 impl std::fmt::Debug for AfPacket {
@@ -715,6 +717,7 @@ impl AfPacket {
             counters: PortCounters::default(),
             kernel_drops: Cell::new(0),
             truncated: 0,
+            warned_too_big: false,
         })
     }
 
@@ -729,7 +732,8 @@ impl AfPacket {
         self.ignores_outgoing
     }
 
-    /// Frames skipped because the kernel truncated them (longer than a block); included in
+    /// Frames skipped because the kernel truncated them (longer than a block) or they do not
+    /// fit a buffer (BIG TCP's super-frames over 64 KiB); included in
     /// [`PortCounters::kernel_drops`].
     pub fn truncated(&self) -> u64 {
         self.truncated
@@ -763,14 +767,19 @@ impl Port for AfPacket {
                 Ok(Next::Outgoing) => {}
                 Ok(Next::Truncated) => self.truncated += 1,
                 Ok(Next::TooBig(n)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "AF_PACKET port `{}`: a frame of {n} bytes does not fit a {}-byte buffer; skipped",
-                            self.ifname,
-                            buf.len()
-                        ),
-                    ));
+                    // Skipped and counted like a truncated frame; said once in the log (BIG TCP
+                    // on the interface sends them by the thousand).
+                    self.truncated += 1;
+                    if !self.warned_too_big {
+                        self.warned_too_big = true;
+                        tracing::warn!(
+                            port = %self.ifname,
+                            bytes = n,
+                            buffer = buf.len(),
+                            "a frame does not fit a buffer: skipped, counted in kernel_drops \
+                             (lower the interface's gso_max_size and gro_max_size to 65536)"
+                        );
+                    }
                 }
                 Err(msg) => {
                     return Err(io::Error::new(
@@ -833,6 +842,14 @@ impl Port for AfPacket {
 
     /// The counters; `kernel_drops` is what `PACKET_STATISTICS` reported so far plus frames
     /// skipped as truncated.
+    /// The socket's pending error (`SO_ERROR`, which reading clears): `ENETDOWN` once the
+    /// interface went down or was deleted, when epoll reports `EPOLLERR`.
+    fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let code = nix::sys::socket::getsockopt(&self.fd, nix::sys::socket::sockopt::SocketError)
+            .map_err(io::Error::from)?;
+        Ok((code != 0).then(|| io::Error::from_raw_os_error(code)))
+    }
+
     fn counters(&self) -> PortCounters {
         self.refresh_kernel_drops();
         PortCounters {

@@ -105,6 +105,12 @@ pub trait Port: Send {
     /// The descriptor to wait on for frames to read.
     fn fd(&self) -> RawFd;
 
+    /// Take the error the port's descriptor reports when epoll says `EPOLLERR`, if it keeps
+    /// one apart from reads (a socket's `SO_ERROR`). A tap reports its errors on `recv`.
+    fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(None)
+    }
+
     /// The port's counters.
     fn counters(&self) -> PortCounters;
 }

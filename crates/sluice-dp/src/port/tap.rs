@@ -203,6 +203,9 @@ impl Port for Tap {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The interface was deleted under the daemon: passed on as it is, so that the
+                // datapath can tell (its error names the port).
+                Err(e) if e.raw_os_error() == Some(libc::EBADFD) => return Err(e),
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
