@@ -23,23 +23,29 @@
 //!
 //! A link is named by the port it reads from (as in the control protocol).
 //!
-//! **Serving.** [`MetricsServer`] runs one thread over a `tiny_http` server (which reads
-//! requests on its own threads, so an idle client blocks nobody): `GET /metrics` asks the
-//! datapath for a snapshot through the [`ControlHandle`] (2 s at most, else 503 with the
-//! reason) and answers 200 with the text; other paths get 404, other methods 405. Only loopback
-//! addresses are accepted: the endpoint has no authentication. Stopping unblocks and joins the
-//! thread.
+//! **Serving.** [`MetricsServer`] accepts on one thread and answers each connection on a
+//! thread of its own, at most [`MAX_CONNECTIONS`] at once (one more is closed at once), so an
+//! idle or slow client blocks nobody; each connection has [`CONNECTION_DEADLINE`] for its
+//! request and its answer, a request head at most [`MAX_REQUEST`] bytes, and one request
+//! (`Connection: close`). `GET /metrics` asks the datapath for a snapshot through the
+//! [`ControlHandle`] (2 s at most, else 503 with the reason) and answers 200 with the text;
+//! other paths get 404, other methods 405. Only loopback addresses are accepted: the endpoint
+//! has no authentication. Stopping wakes and joins the accepting thread; answers under way end
+//! within their deadline. (A small server of its own because `tiny_http`, used before, had no
+//! timeouts and no connection bound: a client that never read blocked every scrape and the
+//! daemon's stop, and idle connections each held a thread.)
 
 use crate::control::{ControlHandle, Reply, Request};
 use crate::parse::Malformed;
 use crate::stats::{DropReason, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The exposition format's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
@@ -338,9 +344,16 @@ pub enum MetricsError {
     },
 }
 
+/// Most connections served at once; one beyond them is closed unanswered.
+const MAX_CONNECTIONS: usize = 8;
+/// A connection's whole exchange, its request in and its answer out, must fit in this: a client
+/// that sends slowly, or reads slowly, is cut off at it.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest request head read (request line and headers); a longer one gets 431.
+const MAX_REQUEST: usize = 8 * 1024;
+
 /// The Prometheus endpoint. Dropping it (or [`MetricsServer::stop`]) stops it.
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
     addr: SocketAddr,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -352,29 +365,16 @@ impl MetricsServer {
         if !addr.ip().is_loopback() {
             return Err(MetricsError::NotLoopback(addr));
         }
-        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
-            addr,
-            message: e.to_string(),
-        })?;
-        let local = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| MetricsError::Bind {
-                addr,
-                message: "the server is not on an IP address".into(),
-            })?;
-        let server = Arc::new(server);
+        let bind = |message: String| MetricsError::Bind { addr, message };
+        let listener = TcpListener::bind(addr).map_err(|e| bind(e.to_string()))?;
+        let local = listener.local_addr().map_err(|e| bind(e.to_string()))?;
         let stopping = Arc::new(AtomicBool::new(false));
-        let (srv, stop) = (server.clone(), stopping.clone());
+        let stop = stopping.clone();
         let thread = thread::Builder::new()
             .name("sluice-metrics".into())
-            .spawn(move || serve(&srv, &stop, &handle))
-            .map_err(|e| MetricsError::Bind {
-                addr,
-                message: format!("cannot start the metrics thread: {e}"),
-            })?;
+            .spawn(move || accept(&listener, &stop, &handle))
+            .map_err(|e| bind(format!("cannot start the metrics thread: {e}")))?;
         Ok(MetricsServer {
-            server,
             addr: local,
             stopping,
             thread: Some(thread),
@@ -386,7 +386,8 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stop serving and join the thread. The same as dropping it.
+    /// Stop serving and join the accepting thread. The same as dropping it. Scrapes being
+    /// answered finish on their own, within [`CONNECTION_DEADLINE`].
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -396,7 +397,8 @@ impl MetricsServer {
             return;
         };
         self.stopping.store(true, Ordering::SeqCst);
-        self.server.unblock();
+        // Wake the blocked accept with a connection of our own.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         if thread.join().is_err() {
             tracing::warn!("the metrics thread panicked");
         }
@@ -409,56 +411,158 @@ impl Drop for MetricsServer {
     }
 }
 
-fn serve(server: &tiny_http::Server, stopping: &AtomicBool, handle: &ControlHandle) {
-    while !stopping.load(Ordering::SeqCst) {
-        match server.recv() {
-            Ok(req) => respond(req, handle),
-            // Unblocked by stop, or a failed accept (retry).
+/// Accept connections until `stopping`, each answered on a thread of its own, at most
+/// [`MAX_CONNECTIONS`] at once.
+fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let stream = match conn {
+            Ok(s) => s,
             Err(e) => {
-                if !stopping.load(Ordering::SeqCst) {
-                    tracing::debug!(error = %e, "metrics: receive failed");
-                }
+                // Out of descriptors, say: do not spin on the error.
+                tracing::debug!(error = %e, "metrics: accept failed");
+                thread::sleep(Duration::from_millis(10));
+                continue;
             }
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            // Closed unanswered: answering would mean reading its request first, and a flood
+            // of such connections would then slow the accepting thread down.
+            active.fetch_sub(1, Ordering::SeqCst);
+            tracing::debug!("metrics: {MAX_CONNECTIONS} connections open; one more closed");
+            continue;
+        }
+        let (handle, done) = (handle.clone(), active.clone());
+        let spawned = thread::Builder::new()
+            .name("sluice-scrape".into())
+            .spawn(move || {
+                serve(stream, &handle);
+                done.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(error = %e, "metrics: cannot start a thread for a scrape");
         }
     }
 }
 
-fn respond(req: tiny_http::Request, handle: &ControlHandle) {
-    let path = req.url().split('?').next().unwrap_or("");
-    let (status, body, allow_get) = if path != "/metrics" {
-        (
-            404,
-            "not found; metrics are at /metrics\n".to_string(),
-            false,
-        )
-    } else if *req.method() != tiny_http::Method::Get {
-        (405, "method not allowed; use GET\n".to_string(), true)
+/// Read one request from `stream` and answer it, all within [`CONNECTION_DEADLINE`]; then
+/// close (`Connection: close`).
+fn serve(mut stream: TcpStream, handle: &ControlHandle) {
+    let deadline = Instant::now() + CONNECTION_DEADLINE;
+    let head = match read_head(&mut stream, deadline) {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            let body = format!("request head over {MAX_REQUEST} bytes\n");
+            let _ = respond(&mut stream, deadline, 431, &body, false);
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "metrics: no request");
+            return;
+        }
+    };
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split_ascii_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, body, allow_get) = if method.is_empty() || target.is_empty() {
+        (400, "not an HTTP request\n".to_string(), false)
+    } else if path != "/metrics" {
+        (404, "not found; metrics are at /metrics\n".into(), false)
+    } else if method != "GET" {
+        (405, "method not allowed; use GET\n".into(), true)
     } else {
         match handle.call(Request::Stats {}, SCRAPE_TIMEOUT) {
             Reply::Stats(s) => (200, render(&s), false),
             Reply::Error(e) => (503, format!("{e}\n"), false),
             Reply::Ok => (
                 500,
-                "the datapath answered without statistics\n".to_string(),
+                "the datapath answered without statistics\n".into(),
                 false,
             ),
         }
+    };
+    if let Err(e) = respond(&mut stream, deadline, status, &body, allow_get) {
+        tracing::debug!(error = %e, "metrics: cannot answer a scrape");
+    }
+}
+
+/// The request head (up to the blank line), `None` if it is longer than [`MAX_REQUEST`], or
+/// an error if the client closed or `deadline` passed first.
+fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<String>> {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        stream.set_read_timeout(Some(time_left(deadline)?))?;
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        head.extend_from_slice(&chunk[..n]);
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            head.truncate(end);
+            return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
+        }
+        if head.len() > MAX_REQUEST {
+            return Ok(None);
+        }
+    }
+}
+
+/// Write an answer of `status` with `body`, all before `deadline`.
+fn respond(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    status: u16,
+    body: &str,
+    allow_get: bool,
+) -> io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
     };
     let content_type = if status == 200 {
         CONTENT_TYPE
     } else {
         "text/plain; charset=utf-8"
     };
-    let mut response = tiny_http::Response::from_string(body).with_status_code(status);
-    if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()) {
-        response.add_header(h);
+    let allow = if allow_get { "Allow: GET\r\n" } else { "" };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n{allow}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    let mut sent = 0;
+    while sent < out.len() {
+        stream.set_write_timeout(Some(time_left(deadline)?))?;
+        match stream.write(&out[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    if allow_get && let Ok(h) = tiny_http::Header::from_bytes(&b"Allow"[..], &b"GET"[..]) {
-        response.add_header(h);
+    Ok(())
+}
+
+/// What is left until `deadline` (never zero, which a socket timeout refuses), or `TimedOut`.
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
     }
-    if let Err(e) = req.respond(response) {
-        tracing::debug!(error = %e, "metrics: cannot answer a scrape");
-    }
+    Ok(left)
 }
 
 #[cfg(test)]
@@ -749,16 +853,52 @@ sluice_uptime_seconds 12.500000001
         assert_eq!(status, 503);
         assert!(body.contains("stopped"), "{body}");
         server.stop();
-        // tiny_http closes its listener on its own accept thread, just after: wait for it
-        // (the deadline is only a safety net).
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(addr).is_ok() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "still listening after stop"
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "still listening after stop"
+        );
+    }
+
+    #[test]
+    fn slow_and_idle_clients_block_neither_scrapes_nor_stop() {
+        let (handle, dp) = fake_datapath(2);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        // One pipelines many scrapes and never reads; others connect and say nothing.
+        let mut greedy = TcpStream::connect(addr).unwrap();
+        let many = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2000);
+        greedy.write_all(many.as_bytes()).unwrap();
+        let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let t = std::time::Instant::now();
+        let (status, _, _) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 200);
+        // More idle connections than the bound: the next one is closed unanswered.
+        let more: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut late = TcpStream::connect(addr).unwrap();
+        late.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let _ = late.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+        let mut answer = Vec::new();
+        assert!(late.read_to_end(&mut answer).is_err() || answer.is_empty());
+        // A head that never ends is cut off; stopping does not wait for any of them.
+        server.stop();
+        assert!(t.elapsed() < CONNECTION_DEADLINE, "{:?}", t.elapsed());
+        drop((greedy, idle, more, late));
+        dp.join().unwrap();
+    }
+
+    #[test]
+    fn an_endless_request_head_gets_431() {
+        let (handle, _dp) = fake_datapath(0);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let mut s = TcpStream::connect(server.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = s.write_all(&vec![b'a'; 2 * MAX_REQUEST]);
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        assert!(resp.starts_with("HTTP/1.1 431 "), "{resp}");
     }
 
     #[test]
