@@ -356,6 +356,12 @@ impl Config {
                 interval_ns,
             }),
         };
+        if d.control.as_deref() == Some("") {
+            return Err(invalid(
+                "control = \"\"".to_string(),
+                "a path for the control socket, or no `control` key for none",
+            ));
+        }
         let control = d.control.map(PathBuf::from);
         let pid = std::process::id();
         let mut ports: Vec<PortConfig> = Vec::new();
@@ -611,6 +617,10 @@ to = "a"
                 "between 2MiB and 64GiB",
             ),
             (GOOD.replace("127.0.0.1:9464", "0.0.0.0:9464"), "loopback"),
+            (
+                GOOD.replace("mode = \"event\"", "mode = \"event\"\ncontrol = \"\""),
+                "a path for the control socket",
+            ),
             (
                 GOOD.replace("address = \"10.77.0.1/24\"", "address = \"10.77.0.1\""),
                 "prefix length",

@@ -21,7 +21,7 @@ use std::time::Duration;
 pub enum Request {
     /// Every counter, now. (A struct variant, so that unknown fields are refused.)
     Stats {},
-    /// Change (or remove, with `rate: null` or "none") the rate limit of a node of the link that
+    /// Change (or remove, with `"rate": "none"`) the rate limit of a node of the link that
     /// reads from port `link`.
     SetRate {
         /// The link, by the name of the port it reads from.

@@ -207,8 +207,9 @@ impl ControlSocket {
 
         let private = PrivateDir::create(&dir)?;
         let tmp = private.0.join("s");
-        let listener =
-            UnixListener::bind(&tmp).map_err(io_err(format!("cannot bind {}", tmp.display())))?;
+        let listener = private
+            .bind()
+            .map_err(io_err(format!("cannot bind {}", tmp.display())))?;
         fs::set_permissions(&tmp, Permissions::from_mode(0o600))
             .map_err(io_err(format!("cannot set the mode of {}", tmp.display())))?;
         let meta =
@@ -361,7 +362,6 @@ impl PrivateDir {
                     fs::set_permissions(&guard.0, Permissions::from_mode(0o700)).map_err(
                         io_err(format!("cannot set the mode of {}", guard.0.display())),
                     )?;
-                    check_path_len(&guard.0.join("s"))?;
                     return Ok(guard);
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists && n < 1_000_000 => continue,
@@ -373,6 +373,24 @@ impl PrivateDir {
                 }
             }
         }
+    }
+}
+
+impl PrivateDir {
+    /// Bind a listener at `s` in the directory. Through the directory's descriptor in
+    /// `/proc/self/fd` when its own path would not fit a Unix socket address: the temporary
+    /// name is 20-odd bytes longer than the socket's, and refusing a path within the limit for
+    /// a name the user never gave was wrong (conmon binds the same way).
+    fn bind(&self) -> io::Result<UnixListener> {
+        let tmp = self.0.join("s");
+        if tmp.as_os_str().len() <= SUN_PATH_MAX {
+            return UnixListener::bind(&tmp);
+        }
+        let dir = fs::File::open(&self.0)?;
+        UnixListener::bind(format!(
+            "/proc/self/fd/{}/s",
+            std::os::fd::AsRawFd::as_raw_fd(&dir)
+        ))
     }
 }
 
@@ -1152,6 +1170,32 @@ mod tests {
         assert!(decode_reply(br#"{"ok":true,"error":"x"}"#).is_err());
         assert!(decode_reply(br#"{"ok":false,"stats":{}}"#).is_err());
         assert!(decode_reply(b"garbage").is_err());
+    }
+
+    #[test]
+    fn a_path_at_the_limit_binds_whatever_the_temporary_name() {
+        // The temporary name is 20-odd bytes longer than the socket's own, and paths of up to
+        // 107 bytes used to be refused for it.
+        let dir = TestDir::new("limit");
+        let base = dir.0.as_os_str().len();
+        let sub = dir
+            .0
+            .join("d".repeat(SUN_PATH_MAX - base - 1 - "/c.sock".len()));
+        fs::create_dir_all(&sub).unwrap();
+        let path = sub.join("c.sock");
+        assert_eq!(path.as_os_str().len(), SUN_PATH_MAX);
+        let (handle, _seen, dp) = fake_datapath();
+        let sock = ControlSocket::bind(&path, handle).unwrap();
+        let reply = request(&path, &Request::Stats {}, PATIENCE).unwrap();
+        assert_eq!(reply, Reply::Stats(Box::new(snapshot())));
+        // Nothing of the temporary name is left beside it.
+        let names: Vec<_> = fs::read_dir(&sub)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["c.sock"]);
+        sock.close();
+        dp.join().unwrap();
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! `sluice run --config FILE`: the software NIC daemon (see `sluice_dp::daemon`), with its
 //! structured logs on stderr.
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -35,11 +34,11 @@ pub struct RunArgs {
 /// Install the global log subscriber.
 pub fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(f) if !f.is_empty() => EnvFilter::try_new(f),
-        _ => EnvFilter::try_new(level),
-    }
-    .with_context(|| format!("bad log filter `{level}`"))?;
+    let (filter, from) = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.is_empty() => (EnvFilter::try_new(&f), format!("RUST_LOG=`{f}`")),
+        _ => (EnvFilter::try_new(level), format!("--log-level `{level}`")),
+    };
+    let filter = filter.map_err(|e| anyhow::anyhow!("bad log filter {from}: {e}"))?;
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -778,6 +778,18 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
             vec!["bad-syntax.toml".into(), "line".into()],
         ),
     ];
+    // `--check` says a policy's error once (the chain of causes repeated it).
+    let path = lab.write(
+        "check.toml",
+        &lab.pair_config(&a, &b, Some(&bad_policy), &ctl, ""),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.matches("nope").count(), 1, "{err}");
     for (name, text, needles) in cases {
         let (status, pid, log) = lab.run_failing(name, &text);
         println!("{name}: {status}: {}", log.trim());

@@ -62,12 +62,14 @@ const FIFO_POLICY: &str =
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// A link's policy file is bad.
-    #[error("link {link}: {source}")]
+    // Not a `source`: the message says it, and a chain printed with its causes (`sluice run
+    // --check`) said it twice.
+    #[error("link {link}: {error}")]
     Policy {
         /// `from -> to`.
         link: String,
         /// Why.
-        source: sluice_sched::config::PolicyError,
+        error: sluice_sched::config::PolicyError,
     },
     /// A port cannot be opened or created.
     #[error("port `{port}`: {message}")]
@@ -78,12 +80,12 @@ pub enum DaemonError {
         message: String,
     },
     /// Namespaces or interfaces cannot be set up.
-    #[error("port `{port}`: {source}")]
+    #[error("port `{port}`: {error}")]
     Netns {
         /// The port's name.
         port: String,
-        /// Why.
-        source: NetnsError,
+        /// Why (not a `source`, as for `Policy`).
+        error: NetnsError,
     },
     /// The datapath cannot be built.
     #[error(transparent)]
@@ -163,7 +165,7 @@ fn schedulers(cfg: &Config) -> Result<Vec<Scheduler>, DaemonError> {
                 Some(path) => sluice_sched::config::build_file(path),
                 None => sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)"),
             }
-            .map_err(|source| DaemonError::Policy { link, source })
+            .map_err(|error| DaemonError::Policy { link, error })
         })
         .collect()
 }
@@ -178,9 +180,9 @@ pub fn check(cfg: &Config) -> Result<(), DaemonError> {
 /// Refuse interfaces that are missing (`af_packet`) or taken (taps) before creating anything.
 fn check_interfaces(cfg: &Config) -> Result<(), DaemonError> {
     for (i, p) in cfg.ports.iter().enumerate() {
-        let fail = |source| DaemonError::Netns {
+        let fail = |error| DaemonError::Netns {
             port: p.name.clone(),
-            source,
+            error,
         };
         if cfg.ports[..i].iter().any(|q| q.ifname == p.ifname) {
             return Err(DaemonError::Port {
@@ -229,9 +231,9 @@ fn open_ports(
             port: p.name.clone(),
             message: e.to_string(),
         };
-        let netns_err = |source| DaemonError::Netns {
+        let netns_err = |error| DaemonError::Netns {
             port: p.name.clone(),
-            source,
+            error,
         };
         match &p.kind {
             PortKind::AfPacket => {
