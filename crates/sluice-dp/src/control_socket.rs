@@ -37,6 +37,7 @@
 //! a connection waiting on the datapath finishes that wait first (at most [`CALL_TIMEOUT`]).
 
 use crate::control::{ControlHandle, Reply, Request};
+use crate::deadline::Deadlined;
 use crate::stats::Snapshot;
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -50,17 +51,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Connections served at once; more are answered "busy" and closed.
 pub const MAX_CONNECTIONS: usize = 16;
 /// Longest request line, bytes (without its newline).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
-/// A connection that sends no complete line for this long is closed.
+/// A connection that sends no complete line for this long is closed (one deadline per line,
+/// however the bytes trickle in).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection waits for the datapath to answer one request.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long writing one reply may block (a client that does not read).
+/// How long writing one reply may take (a client that does not read, or reads slowly).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest reply line the client helper accepts, bytes (a snapshot of many links is large).
 const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
@@ -563,10 +565,12 @@ fn serve(stream: UnixStream, handle: &ControlHandle, limits: Limits) {
 }
 
 fn serve_lines(stream: &UnixStream, handle: &ControlHandle, limits: Limits) {
-    let mut reader = BufReader::new(stream);
-    let mut writer = stream;
+    // One deadline per request line and per reply, not per read(2) or write(2): a client
+    // trickling a byte now and then is idle all the same, and holds no connection for good.
+    let mut reader = BufReader::new(Deadlined::new(stream, limits.idle_timeout));
     let mut line = Vec::new();
     loop {
+        reader.get_mut().deadline = Instant::now() + limits.idle_timeout;
         let end = match read_line(&mut reader, &mut line, limits.max_line) {
             Ok(end) => end,
             // Idle timeout, reset, or shut down by close: nothing more to serve.
@@ -580,7 +584,9 @@ fn serve_lines(stream: &UnixStream, handle: &ControlHandle, limits: Limits) {
             LineEnd::Newline | LineEnd::Eof => answer(&line, handle, limits.call_timeout),
         };
         if let Some(reply) = reply
-            && writer.write_all(&encode_reply(reply)).is_err()
+            && Deadlined::new(stream, limits.write_timeout)
+                .write_all(&encode_reply(reply))
+                .is_err()
         {
             return;
         }
@@ -1116,6 +1122,39 @@ mod tests {
         let mut rest = Vec::new();
         idle_r.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty());
+        drop(sock);
+        dp.join().unwrap();
+    }
+
+    #[test]
+    fn a_client_trickling_bytes_is_idle_all_the_same() {
+        // A space every 50 ms, with a 200 ms idle timeout: a timeout per read(2) never fired,
+        // and 16 such clients locked everyone out of the control socket for good.
+        let dir = TestDir::new("trickle");
+        let (handle, _seen, dp) = fake_datapath();
+        let limits = Limits {
+            idle_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let sock = ControlSocket::bind_with(&dir.sock(), handle, limits).unwrap();
+        let (mut s, mut r) = raw_client(&dir.sock());
+        let trickle = thread::spawn(move || {
+            for _ in 0..100 {
+                if s.write_all(b" ").is_err() {
+                    return true;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            false
+        });
+        // Closed by the server (EOF, no reply) well before the client's 5 s of trickling end.
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        assert!(
+            trickle.join().unwrap(),
+            "the server never closed the connection"
+        );
         drop(sock);
         dp.join().unwrap();
     }

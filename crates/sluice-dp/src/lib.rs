@@ -27,6 +27,7 @@ pub mod control;
 pub mod control_socket;
 pub mod daemon;
 pub mod datapath;
+pub mod deadline;
 pub mod delay;
 pub mod ecn;
 pub mod metrics;

@@ -36,6 +36,7 @@
 //! daemon's stop, and idle connections each held a thread.)
 
 use crate::control::{ControlHandle, Reply, Request};
+use crate::deadline::Deadlined;
 use crate::parse::Malformed;
 use crate::stats::{DropReason, Snapshot};
 use std::collections::{BTreeMap, HashMap};
@@ -494,11 +495,11 @@ fn serve(mut stream: TcpStream, handle: &ControlHandle) {
 /// The request head (up to the blank line), `None` if it is longer than [`MAX_REQUEST`], or
 /// an error if the client closed or `deadline` passed first.
 fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<String>> {
+    let mut r = Deadlined { stream, deadline };
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
-        stream.set_read_timeout(Some(time_left(deadline)?))?;
-        let n = stream.read(&mut chunk)?;
+        let n = r.read(&mut chunk)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -543,26 +544,7 @@ fn respond(
     )
     .into_bytes();
     out.extend_from_slice(body.as_bytes());
-    let mut sent = 0;
-    while sent < out.len() {
-        stream.set_write_timeout(Some(time_left(deadline)?))?;
-        match stream.write(&out[sent..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// What is left until `deadline` (never zero, which a socket timeout refuses), or `TimedOut`.
-fn time_left(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::ErrorKind::TimedOut.into());
-    }
-    Ok(left)
+    Deadlined { stream, deadline }.write_all(&out)
 }
 
 #[cfg(test)]
