@@ -107,8 +107,8 @@ mod tests {
         let mut got = Vec::new();
         let mut byte = [0u8; 1];
         let err = loop {
-            match r.read(&mut byte) {
-                Ok(_) => got.push(byte[0]),
+            match r.read_exact(&mut byte) {
+                Ok(()) => got.push(byte[0]),
                 Err(e) => break e,
             }
         };
