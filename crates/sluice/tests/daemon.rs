@@ -222,6 +222,21 @@ fn measure_200_mbit_limit(
     lab.sysctl(&a, "ipv4/tcp_ecn", "1");
     lab.sysctl(&a, "ipv4/tcp_timestamps", "1");
     lab.sysctl(&b, "ipv4/tcp_timestamps", "1");
+    if engines > 1 {
+        // A request the allocator refuses (a rate below the engines' headroom) changes
+        // nothing: its huge burst, once sent to the engines before the refusal, lifted the
+        // limit for good.
+        let reply = d.request(&Request::SetRate {
+            link: "a".into(),
+            node: "root".into(),
+            rate: "1bit".into(),
+            burst: Some("9000000000000000000B".into()),
+        });
+        assert!(
+            matches!(&reply, Reply::Error(e) if e.contains("headroom")),
+            "{reply:?}"
+        );
+    }
 
     let server = lab.iperf_server(&b, 5201);
     let t0 = Instant::now();
@@ -286,7 +301,8 @@ fn a_200_mbit_limit_holds_within_2_percent_without_ecn() {
 
 /// With two per-core engines, eight flows spread over both by the multi-queue taps (both
 /// engine threads do work), the engines' shares of the 200 Mbit/s limit (redistributed by the
-/// bandwidth allocator every 100 ms) add up to it within 2% over 5 s.
+/// bandwidth allocator every 100 ms) add up to it within 2% over 5 s, after a refused request
+/// to change it.
 #[test]
 fn a_200_mbit_limit_shared_by_two_engines_holds_within_2_percent() {
     if let Some((rates, ticks)) = measure_200_mbit_limit("rate-2e", None, 8, 2) {

@@ -268,23 +268,30 @@ impl Supervisor {
                     }
                     Err(e) => return Reply::Error(e),
                 };
+                if let Some(b) = &burst
+                    && let Err(e) = parse_burst(b)
+                {
+                    return Reply::Error(e);
+                }
+                // The allocator checks the rate before it takes it: a refused request changes
+                // nothing. (Bursts sent to the engines first were kept after a refusal, and a
+                // 10 Mbit/s class ran at 169 with the huge burst of a request refused.)
+                let before = self.nba.total(a);
+                if let Err(e) = self.nba.set_rate(a, rate) {
+                    return Reply::Error(e.to_string());
+                }
                 if let Some(b) = burst {
-                    if let Err(e) = parse_burst(&b) {
-                        return Reply::Error(e);
-                    }
                     // Bursts are per engine; set them everywhere, then the shares.
                     let reply = self.to_every_engine(Request::SetRate {
-                        link: link.clone(),
-                        node: node.clone(),
+                        link,
+                        node,
                         rate: format!("{}bit", rate.bps()),
                         burst: Some(b),
                     });
                     if reply != Reply::Ok {
+                        let _ = self.nba.set_rate(a, before);
                         return reply;
                     }
-                }
-                if let Err(e) = self.nba.set_rate(a, rate) {
-                    return Reply::Error(e.to_string());
                 }
                 self.install_allocation();
                 Reply::Ok
