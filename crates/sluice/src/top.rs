@@ -8,7 +8,9 @@
 //! counters over the difference of the daemon's own uptime stamps, so a slow or late poll never
 //! skews them; a frame without a previous sample (the first one), or after the daemon restarted
 //! (uptime went backwards), shows `-`. `--once` takes two samples one interval apart and prints
-//! one frame, so its rates are real.
+//! one frame, so its rates are real. A daemon that cannot be reached at the start is an error;
+//! once a frame is shown, a failed poll (the daemon busy, restarting or gone) is said under the
+//! last frame and polling goes on.
 //!
 //! On a terminal each frame replaces the last (ANSI clear-screen; the cursor is never hidden,
 //! so Ctrl-C leaves the terminal as it was); otherwise frames are printed one after another,
@@ -87,17 +89,47 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
         return emit(&mut out, &render(Some(&first), &second, &view));
     }
     let mut prev: Option<Snapshot> = None;
+    let mut last_frame = String::new();
     loop {
-        let cur = fetch(&args.socket)?;
+        let cur = match fetch(&args.socket) {
+            Ok(s) => s,
+            // Once it has shown a frame, top outlasts a daemon that is busy ("try again"),
+            // restarting or gone for a while: it says so under the last frame and polls on.
+            Err(e) if prev.is_some() => {
+                let note = format!(
+                    "{e:#}; trying again every {}\n",
+                    humantime_interval(args.interval)
+                );
+                let text = if tty {
+                    format!("{CLEAR}{last_frame}\n{note}")
+                } else {
+                    format!("\n{note}")
+                };
+                emit(&mut out, &text)?;
+                std::thread::sleep(args.interval);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let frame = render(prev.as_ref(), &cur, &view);
         let text = match (tty, prev.is_some()) {
             (true, _) => format!("{CLEAR}{frame}"),
             (false, true) => format!("\n{frame}"),
-            (false, false) => frame,
+            (false, false) => frame.clone(),
         };
         emit(&mut out, &text)?;
+        last_frame = frame;
         prev = Some(cur);
         std::thread::sleep(args.interval);
+    }
+}
+
+/// An interval as the command line spells it: `1s`, `250ms`.
+fn humantime_interval(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 

@@ -135,7 +135,7 @@ fn traffic_passes_and_is_counted() {
     };
     let (a, b) = (lab.ns("a"), lab.ns("b"));
     let ctl = lab.control(0);
-    let d = lab.start("d.toml", &lab.pair_config(&a, &b, None, &ctl, ""), &ctl);
+    let mut d = lab.start("d.toml", &lab.pair_config(&a, &b, None, &ctl, ""), &ctl);
 
     assert_ping(&a, ADDR_B);
     let (received, digest) = tcp_transfer(&a, &b, TRANSFER_BYTES);
@@ -190,6 +190,28 @@ fn traffic_passes_and_is_counted() {
         String::from_utf8_lossy(&top.stderr)
     );
     assert!(text.contains("fifo"), "sluice top shows the class:\n{text}");
+
+    // A live top outlasts the daemon going away: it says so and polls on (it used to quit on
+    // the first failed poll, "try again" included).
+    let mut top = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["top", "--interval", "50ms", "--socket"])
+        .arg(&ctl)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(top.stdout.take().unwrap()).lines();
+    let saw = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>, what: &str| {
+        lines.any(|l| l.is_ok_and(|l| l.contains(what)))
+    };
+    assert!(saw(&mut lines, "fifo"), "a first frame");
+    d.stop().expect("the daemon stops");
+    assert!(
+        saw(&mut lines, "trying again every 50ms"),
+        "the failed poll is shown"
+    );
+    assert!(top.try_wait().unwrap().is_none(), "top is still running");
+    top.kill().unwrap();
+    top.wait().unwrap();
 }
 
 /// Run TCP cubic flows (`flows` of them, senders with ECN on) through a daemon whose link
