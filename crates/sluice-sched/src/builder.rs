@@ -294,6 +294,19 @@ impl Horizon {
         let slot = self.slot_ns.max(1);
         (now - now % slot).saturating_add(self.ns - 1)
     }
+
+    /// [`Horizon::latest`] if `at` is later than that, else `None`. Without a division for
+    /// the releases well inside the window (nearly all of them): whatever now's phase in its
+    /// slot, the window reaches at least `now + ns - slot`.
+    #[inline]
+    pub fn beyond(&self, at: u64, now: u64) -> Option<u64> {
+        let sure = now.saturating_add(self.ns.saturating_sub(self.slot_ns.max(1)));
+        if at <= sure {
+            return None;
+        }
+        let latest = self.latest(now);
+        (at > latest).then_some(latest)
+    }
 }
 
 /// Builds a [`Scheduler`]; see the module note.

@@ -232,7 +232,7 @@ impl OracleTree {
                 !f.line.in_flight && f.line.waiting.is_empty(),
             ) {
                 let t = g.peek(now, p.len);
-                if t > self.horizon.latest(now) {
+                if self.horizon.beyond(t, now).is_some() {
                     if f.queued == 0 {
                         self.idle.push_back(id);
                     }

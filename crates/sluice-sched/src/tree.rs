@@ -528,7 +528,7 @@ impl Scheduler {
         if self.beyond_horizon == Overflow::Reject {
             if let (Some(g), true) = (f.gate.as_ref(), f.gate_next == NIL) {
                 let t = g.peek(now, p.len);
-                if t > self.horizon.latest(now) {
+                if self.horizon.beyond(t, now).is_some() {
                     if f.queued == 0 {
                         self.flows.emptied(flow);
                     }
@@ -620,12 +620,12 @@ impl Scheduler {
     fn park(&mut self, at: u64, now: u64, item: u32) {
         // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
         // and counted twice ([`Horizon::latest`]).
-        let latest = self.horizon.latest(now);
-        let at = if at > latest {
-            self.stats.clamped += 1;
-            latest
-        } else {
-            at
+        let at = match self.horizon.beyond(at, now) {
+            Some(latest) => {
+                self.stats.clamped += 1;
+                latest
+            }
+            None => at,
         };
         // Time passes for the shaper even while nothing is due (release_due then skips it), so
         // that `at` is placed within its horizon from `now`.
