@@ -13,6 +13,8 @@ command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || packages+=(iperf3)
 command -v sockperf >/dev/null 2>&1 || packages+=(sockperf)
 command -v ping >/dev/null 2>&1 || packages+=(iputils-ping)
+# sysctl: the demo and `sluice bench dp` tune the namespaces' TCP (absent from minimal images).
+command -v sysctl >/dev/null 2>&1 || packages+=(procps)
 command -v tcpdump >/dev/null 2>&1 || packages+=(tcpdump)
 command -v ethtool >/dev/null 2>&1 || packages+=(ethtool)
 if ((${#packages[@]})); then

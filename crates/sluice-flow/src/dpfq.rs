@@ -388,17 +388,26 @@ impl Dpfq {
         let pool = &*self.pool;
         let batch = self.batch;
         // The counter never exceeds the bound, even for an instant, whatever other engines do.
-        match pool
-            .packets
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                let k = batch.min(pool.max_packets.saturating_sub(p));
-                (k > 0).then_some(p + k)
-            }) {
-            Ok(p) => {
-                self.reserve += batch.min(pool.max_packets - p);
-                true
+        // (A compare-exchange loop rather than `fetch_update`, which Rust 1.99 deprecates for
+        // a name the declared minimum Rust does not have.)
+        let mut p = pool.packets.load(Ordering::Relaxed);
+        loop {
+            let k = batch.min(pool.max_packets.saturating_sub(p));
+            if k == 0 {
+                return false;
             }
-            Err(_) => false,
+            match pool.packets.compare_exchange_weak(
+                p,
+                p + k,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.reserve += k;
+                    return true;
+                }
+                Err(now) => p = now,
+            }
         }
     }
 
