@@ -396,12 +396,10 @@ impl Dpfq {
             if k == 0 {
                 return false;
             }
-            match pool.packets.compare_exchange_weak(
-                p,
-                p + k,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match pool
+                .packets
+                .compare_exchange_weak(p, p + k, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     self.reserve += k;
                     return true;
