@@ -6,7 +6,10 @@
 //! the live view (`sluice top`'s) every second, and at the end compares what each class got
 //! with what the policy promises. Everything it created goes away at the end, on an error and
 //! on Ctrl-C: the daemon removes its namespaces and taps when it gets SIGTERM, and a guard
-//! here stops the daemon and the iperf3 processes whatever happens.
+//! here stops the daemon and the iperf3 processes whatever happens. Killed outright, the demo
+//! still takes its children with it (they get SIGTERM when it dies). It watches them: an
+//! iperf3 or a daemon that stops early ends the demo with what it said, and an interrupted
+//! demo exits non-zero. A reader that closes its output (`| head`) ends it quietly.
 //!
 //! ```text
 //!  namespace A (10.77.0.1)                         namespace B (10.77.0.2)
@@ -14,6 +17,7 @@
 //!   gold: DSCP 46 (EF)   silver: port 5201   bronze: port 7001
 //! ```
 
+use crate::bench::dp::procs::die_with_parent;
 use crate::top::{self, View};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -40,7 +44,7 @@ const FLOWS: [(&str, u16, u8, f64); 3] = [
 /// `sluice demo` options.
 #[derive(Args)]
 pub struct DemoArgs {
-    /// How long the traffic runs (`20s`, `1m`, ...).
+    /// How long the traffic runs, whole seconds from 3 to 3600 (`20s`, `60s`, `3600s`).
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Print one plain frame per second instead of redrawing the screen.
@@ -51,8 +55,12 @@ pub struct DemoArgs {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let ns = sluice_sched::units::parse_duration(text).map_err(|e| e.to_string())?;
     let d = Duration::from_nanos(ns);
-    if !(Duration::from_secs(3)..=Duration::from_secs(3600)).contains(&d) {
-        return Err(format!("`{text}`: the demo runs between 3 s and 1 h"));
+    // Whole seconds: iperf3 runs whole seconds, and a fraction left a second without traffic
+    // in the measured window (3.5s measured half the rates).
+    if !(Duration::from_secs(3)..=Duration::from_secs(3600)).contains(&d) || d.subsec_nanos() != 0 {
+        return Err(format!(
+            "`{text}`: the demo runs whole seconds from 3s to 3600s"
+        ));
     }
     Ok(d)
 }
@@ -62,16 +70,64 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 struct Lab {
     dir: PathBuf,
     daemon: Option<Child>,
-    iperf: Vec<Child>,
+    /// Each iperf3 with what it is (`gold client`) and the file its messages go to.
+    iperf: Vec<(String, Child, PathBuf)>,
     netns: [String; 2],
 }
 
 impl Lab {
     fn stop_iperf(&mut self) {
-        for mut c in self.iperf.drain(..) {
+        for (_, mut c, _) in self.iperf.drain(..) {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Start iperf3 with `args` in namespace `ns`, as `what`, its messages to a file.
+    fn start_iperf(&mut self, what: String, ns: &str, args: &[&str]) -> anyhow::Result<()> {
+        let file = self
+            .dir
+            .join(format!("iperf3-{}.log", what.replace(' ', "-")));
+        let log = std::fs::File::create(&file)
+            .with_context(|| format!("cannot create {}", file.display()))?;
+        let child = in_netns(ns, "iperf3", args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start iperf3")?;
+        self.iperf.push((what, child, file));
+        Ok(())
+    }
+
+    /// An iperf3 that ended before its time, as an error with what it said; `done` is true
+    /// once the traffic may have ended.
+    fn iperf_failure(&mut self, done: bool) -> anyhow::Result<()> {
+        for (what, child, file) in &mut self.iperf {
+            if let Some(status) = child.try_wait()? {
+                if done && status.success() {
+                    continue;
+                }
+                let said = std::fs::read_to_string(file).unwrap_or_default();
+                bail!(
+                    "iperf3 ({what}) stopped early with {status}: {}",
+                    said.trim()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The daemon's exit and its log, as an error, if it exited.
+    fn daemon_failure(&mut self) -> anyhow::Result<()> {
+        let Some(daemon) = self.daemon.as_mut() else {
+            return Ok(());
+        };
+        if let Some(status) = daemon.try_wait()? {
+            self.daemon = None;
+            let log = std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default();
+            bail!("the daemon exited with {status}:\n{}", log.trim());
+        }
+        Ok(())
     }
 
     /// SIGTERM the daemon and wait for it to take everything down.
@@ -152,6 +208,8 @@ fn in_netns(ns: &str, program: &str, args: &[&str]) -> Command {
         .args(args)
         .stdin(Stdio::null())
         .process_group(0);
+    // `ip netns exec` execs the program, which keeps the signal.
+    die_with_parent(&mut c);
     c
 }
 
@@ -162,13 +220,8 @@ fn wait_ready(lab: &mut Lab, socket: &Path) -> anyhow::Result<Snapshot> {
         if let Ok(s) = top::fetch(socket) {
             return Ok(s);
         }
-        if let Some(daemon) = lab.daemon.as_mut() {
-            if let Some(status) = daemon.try_wait()? {
-                lab.daemon = None;
-                let log = std::fs::read_to_string(lab.dir.join("daemon.log")).unwrap_or_default();
-                bail!("the daemon exited with {status} before it was ready:\n{log}");
-            }
-        }
+        lab.daemon_failure()
+            .context("the daemon stopped before it was ready")?;
         if Instant::now() > deadline {
             bail!(
                 "the daemon did not answer on {} within 20 s",
@@ -188,9 +241,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("cannot handle Ctrl-C")?;
     }
+    report_leftovers();
     let pid = std::process::id();
     let dir = std::env::temp_dir().join(format!("sluice-demo-{pid}"));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let hint = "(set TMPDIR to a writable directory with room)";
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create {} {hint}", dir.display()))?;
     let netns = [format!("sldemo{pid}a"), format!("sldemo{pid}b")];
     let mut lab = Lab {
         dir: dir.clone(),
@@ -198,79 +254,84 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         iperf: Vec::new(),
         netns: netns.clone(),
     };
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write {} {hint}", path.display()))
+            .map(|()| path)
+    };
     let socket = dir.join("control.sock");
-    std::fs::write(dir.join("three-classes.toml"), POLICY)?;
+    write("three-classes.toml", POLICY)?;
+    // Paths as TOML strings, escaped whatever the temporary directory's name holds.
+    let quoted = |p: &Path| toml::Value::String(p.display().to_string()).to_string();
     let config = format!(
-        "# Written by `sluice demo`.\n[daemon]\nmode = \"event\"\ncontrol = \"{}\"\n\n\
+        "# Written by `sluice demo`.\n[daemon]\nmode = \"event\"\ncontrol = {}\n\n\
          [[port]]\nname = \"a\"\nkind = \"tap\"\nnetns = \"{}\"\naddress = \"10.77.0.1/24\"\n\n\
          [[port]]\nname = \"b\"\nkind = \"tap\"\nnetns = \"{}\"\naddress = \"10.77.0.2/24\"\n\n\
          [[link]]\nfrom = \"a\"\nto = \"b\"\npolicy = \"three-classes.toml\"\n\n\
          [[link]]\nfrom = \"b\"\nto = \"a\"\n",
-        socket.display(),
+        quoted(&socket),
         netns[0],
         netns[1]
     );
-    let config_path = dir.join("daemon.toml");
-    std::fs::write(&config_path, &config)?;
+    let config_path = write("daemon.toml", &config)?;
 
-    println!(
+    let mut out = Output::new();
+    out.line(&format!(
         "sluice demo: namespaces {} and {}, joined by sluice run ({})",
         netns[0],
         netns[1],
         config_path.display()
-    );
-    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    ));
+    let log_path = dir.join("daemon.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {} {hint}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find the sluice executable")?;
-    let daemon = Command::new(exe)
+    let mut daemon = Command::new(exe);
+    daemon
         .args(["run", "--config"])
         .arg(&config_path)
         .args(["--log-level", "warn"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("cannot start the daemon")?;
-    lab.daemon = Some(daemon);
+        .process_group(0);
+    // Killed outright, the demo still takes the daemon down, and the daemon its namespaces.
+    die_with_parent(&mut daemon);
+    lab.daemon = Some(daemon.spawn().context("cannot start the daemon")?);
     let first = wait_ready(&mut lab, &socket)?;
 
-    // ECN: the daemon marks instead of dropping; the sender must ask for it.
-    let ecn = in_netns(&netns[0], "sysctl", &["-q", "-w", "net.ipv4.tcp_ecn=1"]).status()?;
-    if !ecn.success() {
-        bail!("cannot enable ECN in {}", netns[0]);
-    }
-    for (_, port, _, _) in FLOWS {
-        let server = in_netns(&netns[1], "iperf3", &["-s", "-1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start iperf3")?;
-        lab.iperf.push(server);
+    // ECN: the daemon marks instead of dropping; the sender must ask for it. Written in the
+    // namespace directly: `sysctl` may be missing or off PATH (/usr/sbin after `su`).
+    let ecn = sluice_dp::netns::in_netns(&netns[0], || {
+        std::fs::write("/proc/sys/net/ipv4/tcp_ecn", "1")
+    })?;
+    ecn.with_context(|| format!("cannot enable ECN in {}", netns[0]))?;
+    for (name, port, _, _) in FLOWS {
+        let port = port.to_string();
+        lab.start_iperf(
+            format!("{name} server"),
+            &netns[1],
+            &["-s", "-1", "-p", &port],
+        )?;
     }
     std::thread::sleep(Duration::from_millis(300));
     let secs = args.duration.as_secs().to_string();
-    for (_, port, tos, _) in FLOWS {
-        let client = in_netns(
-            &netns[0],
-            "iperf3",
-            &[
-                "-c",
-                "10.77.0.2",
-                "-p",
-                &port.to_string(),
-                "-t",
-                &secs,
-                "-C",
-                "cubic",
-                "-S",
-                &tos.to_string(),
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start iperf3")?;
-        lab.iperf.push(client);
+    for (name, port, tos, _) in FLOWS {
+        let (port, tos) = (port.to_string(), tos.to_string());
+        let client = [
+            "-c",
+            "10.77.0.2",
+            "-p",
+            &port,
+            "-t",
+            &secs,
+            "-C",
+            "cubic",
+            "-S",
+            &tos,
+        ];
+        lab.start_iperf(format!("{name} client"), &netns[0], &client)?;
     }
 
     let live = std::io::stdout().is_terminal() && !args.plain;
@@ -281,17 +342,23 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut prev = first;
     let mut warm: Option<Snapshot> = None;
-    let mut out = std::io::stdout();
-    while start.elapsed() < args.duration && !stop.load(Ordering::SeqCst) {
+    while start.elapsed() < args.duration && !stop.load(Ordering::SeqCst) && out.open() {
         std::thread::sleep(Duration::from_secs(1));
-        let cur = top::fetch(&socket)?;
+        // Traffic may end in the last second and a half (iperf3 started a little earlier).
+        lab.iperf_failure(start.elapsed() + Duration::from_millis(1500) >= args.duration)?;
+        let cur = match top::fetch(&socket) {
+            Ok(s) => s,
+            Err(e) => {
+                lab.daemon_failure()?;
+                return Err(e);
+            }
+        };
         let frame = top::render(Some(&prev), &cur, &view);
         if live {
-            write!(out, "\x1b[H\x1b[2J{frame}")?;
+            out.text(&format!("\x1b[H\x1b[2J{frame}"));
         } else {
-            writeln!(out, "{frame}")?;
+            out.line(&frame);
         }
-        out.flush()?;
         // Measure after two seconds of warm-up (TCP's slow start).
         if warm.is_none() && start.elapsed() >= Duration::from_secs(2) {
             warm = Some(cur.clone());
@@ -301,7 +368,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let interrupted = stop.load(Ordering::SeqCst);
     lab.stop_iperf();
     if let Some(warm) = warm.filter(|_| !interrupted) {
-        print_summary(&warm, &prev);
+        out.text(&summary(&warm, &prev));
     }
     lab.stop_daemon()?;
     drop(lab);
@@ -310,23 +377,87 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             bail!("namespace {ns} is still there after the demo");
         }
     }
-    println!(
-        "sluice demo: {}; the daemon removed its namespaces and taps",
-        if interrupted { "interrupted" } else { "done" }
-    );
+    if interrupted {
+        bail!("interrupted; the daemon removed its namespaces and taps");
+    }
+    out.line("sluice demo: done; the daemon removed its namespaces and taps");
     Ok(())
 }
 
-/// What each class got between two snapshots against what the policy promises.
-fn print_summary(from: &Snapshot, to: &Snapshot) {
-    let secs = to.uptime_ns.saturating_sub(from.uptime_ns) as f64 / 1e9;
-    let (Some(a), Some(b)) = (from.links.first(), to.links.first()) else {
+/// Standard output that a reader may close (`sluice demo | head`): once it is closed the
+/// demo stops early, cleans up and ends quietly.
+struct Output {
+    out: std::io::Stdout,
+    closed: bool,
+}
+
+impl Output {
+    fn new() -> Self {
+        Output {
+            out: std::io::stdout(),
+            closed: false,
+        }
+    }
+
+    fn open(&self) -> bool {
+        !self.closed
+    }
+
+    fn text(&mut self, text: &str) {
+        if !self.closed {
+            let written = self
+                .out
+                .write_all(text.as_bytes())
+                .and_then(|()| self.out.flush());
+            self.closed = written.is_err();
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        self.text(&format!("{line}\n"));
+    }
+}
+
+/// Tidy up after earlier demos that were killed outright (their children follow them now, but
+/// not their scratch directories): remove those directories, and say which namespaces are
+/// left, if any. Both names carry the demo's process id; only those of gone processes count.
+fn report_leftovers() {
+    let gone = |pid: &str| pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists();
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.strip_prefix("sluice-demo-").is_some_and(gone) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let Ok(entries) = std::fs::read_dir("/var/run/netns") else {
         return;
     };
-    if secs <= 0.0 {
-        return;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("sldemo")
+            .and_then(|r| r.strip_suffix(['a', 'b']));
+        if pid.is_some_and(gone) {
+            eprintln!(
+                "sluice demo: namespace {name} is left from an earlier demo whose process is \
+                 gone; remove it with `ip netns del {name}`"
+            );
+        }
     }
-    println!("\nclass    share  expected        measured (wire)");
+}
+
+/// What each class got between two snapshots against what the policy promises.
+fn summary(from: &Snapshot, to: &Snapshot) -> String {
+    let secs = to.uptime_ns.saturating_sub(from.uptime_ns) as f64 / 1e9;
+    let (Some(a), Some(b)) = (from.links.first(), to.links.first()) else {
+        return String::new();
+    };
+    if secs <= 0.0 {
+        return String::new();
+    }
+    let mut text = String::from("\nclass    share  expected        measured (wire)\n");
     for (name, _, _, share) in FLOWS {
         let bytes = |l: &sluice_dp::stats::LinkSnapshot| {
             l.classes
@@ -335,13 +466,14 @@ fn print_summary(from: &Snapshot, to: &Snapshot) {
                 .map_or(0, |c| c.sent_bytes)
         };
         let rate = bytes(b).saturating_sub(bytes(a)) as f64 * 8.0 / secs;
-        println!(
-            "{name:<8} {:>4.0}%  {:>14}  {:>14}",
+        text += &format!(
+            "{name:<8} {:>4.0}%  {:>14}  {:>14}\n",
             share * 100.0,
             top::human_rate(share * 1e9),
             top::human_rate(rate)
         );
     }
     let drops: u64 = to.drops.values().sum();
-    println!("drops {drops}, ECN marks {}", to.ecn_marked);
+    text += &format!("drops {drops}, ECN marks {}\n", to.ecn_marked);
+    text
 }

@@ -33,7 +33,7 @@
 
 mod figures;
 mod measure;
-mod procs;
+pub(crate) mod procs;
 mod topo;
 mod traffic;
 

@@ -86,6 +86,20 @@ pub fn sleep_until(deadline: Instant) -> anyhow::Result<()> {
     }
 }
 
+/// Have the child `cmd` starts get SIGTERM when the thread that starts it ends (the process
+/// killed outright, say), so that no child outlives its parent. Start it from a thread that
+/// lives as long as the child should (the death signal follows the forking thread).
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the child between fork and exec and only makes the prctl
+    // system call, which is async-signal-safe; it touches no memory of the parent. Exercised
+    // by every test that runs `sluice bench dp` or `sluice demo`.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
+        })
+    }
+}
+
 /// A running child that is stopped (SIGTERM, then SIGKILL) and reaped when dropped.
 pub struct Proc {
     child: Option<Child>,
@@ -98,13 +112,7 @@ impl Proc {
     pub fn spawn(cmd: &mut Command, what: impl Into<String>) -> anyhow::Result<Proc> {
         let what = what.into();
         cmd.stdin(Stdio::null()).process_group(0);
-        // SAFETY: the closure runs in the child between fork and exec and only makes the
-        // prctl system call, which is async-signal-safe; it touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
-            });
-        }
+        die_with_parent(cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {what} ({:?})", cmd.get_program()))?;
