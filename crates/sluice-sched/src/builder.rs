@@ -234,6 +234,17 @@ pub enum BuildError {
         /// The queue kind asked for.
         kind: QueueKind,
     },
+    /// A node's queue is a timing wheel: its front follows the time it pops at, which a node
+    /// never passes to its queue (and a per-member node never pops), so ranks past its first
+    /// horizon would all be clamped into its last slot. The wheel is the shaper's.
+    #[error(
+        "node `{node}`: queue `timing_wheel` is the shaper's; a node's ranks would pile into \
+         its last slot once they pass its first horizon"
+    )]
+    NodeWheel {
+        /// The node.
+        node: String,
+    },
     /// The shaper cannot be built.
     #[error("shaper: {0}")]
     Shaper(ConfigError),
@@ -486,6 +497,11 @@ impl TreeBuilder {
             for which in 0..queue_count {
                 let shape = policy.shape(&cx, which);
                 let qs = node_queue_spec(spec.queue, shape, entries);
+                if qs.kind == QueueKind::TimingWheel {
+                    return Err(BuildError::NodeWheel {
+                        node: spec.name.clone(),
+                    });
+                }
                 // Build once here so that a bad queue is a build error, not a later panic.
                 qs.build::<u32>().map_err(|source| BuildError::Queue {
                     node: spec.name.clone(),

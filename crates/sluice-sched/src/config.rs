@@ -1038,7 +1038,9 @@ impl Ctx<'_> {
                 e.to_string(),
                 format!("at most {MAX_DEPTH} levels from the root down to a leaf"),
             ),
-            BuildError::Queue { node: ref n, .. } | BuildError::QueueRange { node: ref n, .. } => {
+            BuildError::Queue { node: ref n, .. }
+            | BuildError::QueueRange { node: ref n, .. }
+            | BuildError::NodeWheel { node: ref n } => {
                 let span = node(n).map_or(whole_file, |d| {
                     d.queue_span.clone().unwrap_or(d.policy_span.clone())
                 });
@@ -1055,8 +1057,8 @@ impl Ctx<'_> {
                     "a queue its kind can build: fewer `buckets`, another `granularity`, \
                      or `queue = \"auto\"`"
                 } else {
-                    "a queue with a moving range (cffs, circular_approx, timing_wheel), an exact \
-                     one (binary_heap, btree, skiplist), or `queue = \"auto\"`"
+                    "a queue with a moving range (cffs, circular_approx), an exact one \
+                     (binary_heap, btree, skiplist), or `queue = \"auto\"`"
                 };
                 self.err(span, e.to_string(), expected)
             }
@@ -2105,6 +2107,25 @@ queue = "binary_heap"
         // Ranks in a fixed range (pFabric's compressed sizes) may have one.
         let text = "[[node]]\nname = \"r\"\npolicy = \"pfabric\"\nqueue = \"hffs\"\n";
         assert!(compile_str(text, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn a_timing_wheel_is_refused_as_a_nodes_queue() {
+        // Its front never followed a node's ranks: EDF sent a deadline 400 ms sooner second,
+        // WFQ shared 3 : 1 weights 1 : 1, hClock missed its reservations.
+        for policy in ["edf", "wfq", "hclock", "fifo", "pfabric"] {
+            let text = format!(
+                "[[node]]\nname = \"root\"\npolicy = \"{policy}\"\nqueue = \"timing_wheel\"\n"
+            );
+            fails(
+                &text,
+                4,
+                &[
+                    "queue `timing_wheel` is the shaper's",
+                    "or `queue = \"auto\"`",
+                ],
+            );
+        }
     }
 
     #[test]
