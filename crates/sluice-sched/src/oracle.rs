@@ -289,7 +289,12 @@ impl OracleTree {
             )
         };
         if node.mode == Mode::PerPacket {
-            let rank = node.policy.rank_packet(&mut m.tags, &cfg, meta, now);
+            let floor = if node.policy.ranks_by_time() {
+                node.pifos[0].peek_min().map_or(now, |e| e.rank.min(now))
+            } else {
+                now
+            };
+            let rank = node.policy.rank_packet(&mut m.tags, &cfg, meta, now, floor);
             let _ = node.pifos[0].push(rank, item);
             return;
         }

@@ -691,7 +691,14 @@ impl Scheduler {
         };
         match node.mode {
             Mode::PerPacket => {
-                let rank = node.policy.rank_packet(&mut tags.tags, cfg, meta, now);
+                let floor = if node.policy.ranks_by_time() {
+                    node.queues[0].peek_min().map_or(now, |e| e.rank.min(now))
+                } else {
+                    now
+                };
+                let rank = node
+                    .policy
+                    .rank_packet(&mut tags.tags, cfg, meta, now, floor);
                 let _ = node.queues[0].push(rank, item);
             }
             Mode::PerMember => {

@@ -205,9 +205,25 @@ pub trait Policy: fmt::Debug + Send {
     /// The shape of ranks in queue `which` (0, or 1 for a dual policy's share queue).
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape;
 
-    /// Per packet: rank an entry for a packet from a member.
-    fn rank_packet(&mut self, _tags: &mut Tags, _cfg: &MemberCfg, _pkt: &Meta, _now: u64) -> Rank {
+    /// Per packet: rank an entry for a packet from a member. `floor` is what a rank that
+    /// follows time may count from: `now`, or the rank of the node's first entry if that is
+    /// lower (see [`Policy::ranks_by_time`]; `now` for other policies).
+    fn rank_packet(
+        &mut self,
+        _tags: &mut Tags,
+        _cfg: &MemberCfg,
+        _pkt: &Meta,
+        _now: u64,
+        _floor: Rank,
+    ) -> Rank {
         0
+    }
+
+    /// Whether per-packet ranks are times that a moving-range queue must hold within its
+    /// span of its first entry (EDF, LSTF): the host then passes that entry's rank as
+    /// `floor` to [`Policy::rank_packet`].
+    fn ranks_by_time(&self) -> bool {
+        false
     }
 
     /// Per packet: an entry with `rank` left, carrying `pkt`.
@@ -439,8 +455,19 @@ impl Policy for AnyPolicy {
         with_policy!(self, p => p.shape(cx, which))
     }
     #[inline]
-    fn rank_packet(&mut self, tags: &mut Tags, cfg: &MemberCfg, pkt: &Meta, now: u64) -> Rank {
-        with_policy!(self, p => p.rank_packet(tags, cfg, pkt, now))
+    fn rank_packet(
+        &mut self,
+        tags: &mut Tags,
+        cfg: &MemberCfg,
+        pkt: &Meta,
+        now: u64,
+        floor: Rank,
+    ) -> Rank {
+        with_policy!(self, p => p.rank_packet(tags, cfg, pkt, now, floor))
+    }
+    #[inline]
+    fn ranks_by_time(&self) -> bool {
+        with_policy!(self, p => p.ranks_by_time())
     }
     #[inline]
     fn popped(&mut self, rank: Rank, pkt: &Meta, now: u64) {

@@ -6,23 +6,35 @@ use crate::packet::Meta;
 use crate::policy::MemberCfg;
 use sluice_queue::Rank;
 
-/// How far ahead of now deadline-like ranks reach, for sizing their queues: one second.
+/// How far ahead of now deadline-like ranks are told apart: one second.
 pub const DEADLINE_SPAN_NS: u64 = 1_000_000_000;
 
-/// A deadline-like time `t` as a rank at `now`: clamped to `[now, now + DEADLINE_SPAN_NS]`.
+/// The span their queues are sized for: twice that, so that a second of deadlines ahead of now
+/// stays inside the queue's windows behind up to a second of backlog (see [`deadline_rank`]).
+const DEADLINE_QUEUE_SPAN_NS: u64 = 2 * DEADLINE_SPAN_NS;
+
+/// A deadline-like time `t` as a rank at `now`, for a queue whose first entry has rank
+/// `floor` (`now` if that is lower): clamped to `[now, now + DEADLINE_SPAN_NS]`, and never
+/// past `floor + DEADLINE_QUEUE_SPAN_NS`.
 ///
-/// The moving-range queues (cFFS and its approximate form) hold two adjacent windows that
-/// follow their minimum; ranks that come in behind it are filed at its front, in arrival
-/// order. Deadlines arrive in any order, so unclamped, one 10 s ahead reaching an empty queue
-/// moved the windows there, and the nearer deadlines after it left in arrival order. Ranks
-/// in `[now, now + span]` always land in the windows or in the one just below them, which the
-/// queue takes back while the farther window is empty, which it then is (nothing queued
-/// ranks beyond `now + span`). So deadlines up to a second ahead are ordered to within a
-/// bucket; later ones rank as a second ahead (first come, first served among them), and
-/// deadlines already passed as due now (overdue packets leave first, in arrival order).
+/// The moving-range queues (cFFS and its approximate form) hold two adjacent windows, aligned
+/// to their span, from the one their first entry is in: whatever its phase, they reach at
+/// least a span past its bucket. Deadlines arrive in any order, so unclamped, one 10 s ahead
+/// reaching an empty queue moved the windows there, and the nearer deadlines after it left in
+/// arrival order. And the windows follow the first entry, not `now`: behind a rate limit, a
+/// backlog older than the span's slack (74 ms at the worst phase, when the span was one
+/// second) pushed ranks past them, where the queue clamped them and a deadline 47 ms away left
+/// after one a second away. So: deadlines up to a second ahead are ordered to within a bucket
+/// while the backlog is younger than a second; later ones rank as a second ahead (first come,
+/// first served among them), and deadlines already passed as due now (overdue packets leave
+/// first, in arrival order). Behind an older backlog, deadlines past `floor + 2 s` rank there,
+/// in arrival order, after everything queued, and the queue never clamps.
 #[inline]
-fn deadline_rank(t: u64, now: u64) -> Rank {
-    t.clamp(now, now.saturating_add(DEADLINE_SPAN_NS))
+fn deadline_rank(t: u64, now: u64, floor: Rank) -> Rank {
+    let last = now
+        .saturating_add(DEADLINE_SPAN_NS)
+        .min(floor.min(now).saturating_add(DEADLINE_QUEUE_SPAN_NS));
+    t.clamp(now.min(last), last)
 }
 
 /// First in, first out: every entry has rank 0, and equal ranks leave in arrival order.
@@ -56,7 +68,7 @@ impl Policy for Prio {
     fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Levels(256)
     }
-    fn rank_packet(&mut self, _: &mut Tags, cfg: &MemberCfg, pkt: &Meta, _: u64) -> Rank {
+    fn rank_packet(&mut self, _: &mut Tags, cfg: &MemberCfg, pkt: &Meta, _: u64, _: Rank) -> Rank {
         Rank::from(cfg.priority.unwrap_or(pkt.priority))
     }
 }
@@ -75,12 +87,22 @@ impl Policy for Edf {
     }
     fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Moving {
-            span: DEADLINE_SPAN_NS,
+            span: DEADLINE_QUEUE_SPAN_NS,
             dense: false,
         }
     }
-    fn rank_packet(&mut self, _: &mut Tags, _: &MemberCfg, pkt: &Meta, now: u64) -> Rank {
-        deadline_rank(pkt.deadline, now)
+    fn rank_packet(
+        &mut self,
+        _: &mut Tags,
+        _: &MemberCfg,
+        pkt: &Meta,
+        now: u64,
+        floor: Rank,
+    ) -> Rank {
+        deadline_rank(pkt.deadline, now, floor)
+    }
+    fn ranks_by_time(&self) -> bool {
+        true
     }
 }
 
@@ -100,11 +122,21 @@ impl Policy for Lstf {
     }
     fn shape(&self, _cx: &ShapeCx, _which: usize) -> RankShape {
         RankShape::Moving {
-            span: DEADLINE_SPAN_NS,
+            span: DEADLINE_QUEUE_SPAN_NS,
             dense: true,
         }
     }
-    fn rank_packet(&mut self, _: &mut Tags, _: &MemberCfg, pkt: &Meta, now: u64) -> Rank {
-        deadline_rank(pkt.arrival.saturating_add(pkt.slack), now)
+    fn rank_packet(
+        &mut self,
+        _: &mut Tags,
+        _: &MemberCfg,
+        pkt: &Meta,
+        now: u64,
+        floor: Rank,
+    ) -> Rank {
+        deadline_rank(pkt.arrival.saturating_add(pkt.slack), now, floor)
+    }
+    fn ranks_by_time(&self) -> bool {
+        true
     }
 }
