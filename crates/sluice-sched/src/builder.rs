@@ -496,7 +496,23 @@ impl TreeBuilder {
             let mut queues = Vec::with_capacity(queue_count);
             for which in 0..queue_count {
                 let shape = policy.shape(&cx, which);
-                let qs = node_queue_spec(spec.queue, shape, entries);
+                // An internal node's reservation queue (hClock, HTB) under `auto` is exact: its
+                // span must hold the next tag of the slowest reservation, so a 1 kbit/s child
+                // beside 500 Mbit/s ones made buckets of half a second, where a due child
+                // waited behind one that was not (500 Mbit/s reserved got 485). A node has few
+                // children, for which a heap costs little; a leaf's flows share one
+                // reservation, whose tags a moving range orders well.
+                let choice =
+                    if policy.dual() && which == 0 && !leaf && spec.queue == QueueChoice::Auto {
+                        QueueChoice::Kind {
+                            kind: QueueKind::BinaryHeap,
+                            buckets: None,
+                            granularity: None,
+                        }
+                    } else {
+                        spec.queue
+                    };
+                let qs = node_queue_spec(choice, shape, entries);
                 if qs.kind == QueueKind::TimingWheel {
                     return Err(BuildError::NodeWheel {
                         node: spec.name.clone(),

@@ -475,6 +475,37 @@ fn pfabric_always_serves_the_flow_with_the_least_remaining_size() {
 }
 
 #[test]
+fn a_slow_reservation_beside_fast_ones_takes_nothing_from_them() {
+    // On a 1 Gbit/s link, b and c reserve 500 and 400 Mbit/s and d (weight 100, no
+    // reservation) takes the rest; a reserves 1 kbit/s. Sized for a's next tag, auto's moving
+    // range had half-second buckets, where a due b or c waited behind one that was not: b got
+    // 485 and c 379.
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let root = b.root(NodeSpec::new("root", policy));
+        let specs = [
+            ("a", Some(Rate::from_bps(1000).unwrap()), 1),
+            ("b", Some(Rate::mbit(500)), 1),
+            ("c", Some(Rate::mbit(400)), 1),
+            ("d", None, 100),
+        ];
+        for (i, (name, r, w)) in specs.iter().enumerate() {
+            let mut spec = NodeSpec::new(name, PolicyKind::Fifo).weight(*w);
+            spec.member.reservation = *r;
+            let leaf = b.child(root, spec);
+            b.rule(vec![Match::Class(i as u32)], leaf);
+        }
+        let mut s = b.build().unwrap();
+        let flows: Vec<(u64, u32, u32)> = (0..4).map(|i| (i, i as u32, 1500)).collect();
+        let deps = Host::new().run(&mut s, &flows, 4, Some(Rate::gbit(1)), S, S + S);
+        let bytes = bytes_by(&deps, |d| d.class);
+        let mbit = |c: u32| bytes[&c] as f64 * 8.0 / 1e6;
+        assert!(mbit(1) >= 495.0, "{policy:?}: b got {:.1} Mbit/s", mbit(1));
+        assert!(mbit(2) >= 396.0, "{policy:?}: c got {:.1} Mbit/s", mbit(2));
+    }
+}
+
+#[test]
 fn hclock_meets_reservations_and_shares_the_rest_by_weight() {
     // Three VMs on a 1 Gbit/s link: A reserves 300 Mbit/s with weight 1; B and C reserve
     // nothing, weights 1 and 3. hClock (like mClock) gives each at least its reservation and
