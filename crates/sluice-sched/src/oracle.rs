@@ -290,7 +290,7 @@ impl OracleTree {
         };
         if node.mode == Mode::PerPacket {
             let floor = if node.policy.ranks_by_time() {
-                node.pifos[0].peek_min().map_or(now, |e| e.rank.min(now))
+                node.pifos[0].peek_min().map_or(now, |e| e.rank)
             } else {
                 now
             };

@@ -692,7 +692,7 @@ impl Scheduler {
         match node.mode {
             Mode::PerPacket => {
                 let floor = if node.policy.ranks_by_time() {
-                    node.queues[0].peek_min().map_or(now, |e| e.rank.min(now))
+                    node.queues[0].peek_min().map_or(now, |e| e.rank)
                 } else {
                     now
                 };

@@ -205,9 +205,9 @@ pub trait Policy: fmt::Debug + Send {
     /// The shape of ranks in queue `which` (0, or 1 for a dual policy's share queue).
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape;
 
-    /// Per packet: rank an entry for a packet from a member. `floor` is what a rank that
-    /// follows time may count from: `now`, or the rank of the node's first entry if that is
-    /// lower (see [`Policy::ranks_by_time`]; `now` for other policies).
+    /// Per packet: rank an entry for a packet from a member. `floor` is the rank of the node's
+    /// first entry, or `now` when it holds none (see [`Policy::ranks_by_time`]; `now` for
+    /// other policies).
     fn rank_packet(
         &mut self,
         _tags: &mut Tags,

@@ -14,8 +14,8 @@ pub const DEADLINE_SPAN_NS: u64 = 1_000_000_000;
 const DEADLINE_QUEUE_SPAN_NS: u64 = 2 * DEADLINE_SPAN_NS;
 
 /// A deadline-like time `t` as a rank at `now`, for a queue whose first entry has rank
-/// `floor` (`now` if that is lower): clamped to `[now, now + DEADLINE_SPAN_NS]`, and never
-/// past `floor + DEADLINE_QUEUE_SPAN_NS`.
+/// `floor` (`now` when it is empty): clamped to `[now, now + DEADLINE_SPAN_NS]`, and never
+/// past `min(floor, now) + DEADLINE_QUEUE_SPAN_NS`.
 ///
 /// The moving-range queues (cFFS and its approximate form) hold two adjacent windows, aligned
 /// to their span, from the one their first entry is in: whatever its phase, they reach at
