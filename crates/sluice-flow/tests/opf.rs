@@ -290,12 +290,14 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     assert!(!rx.is_paused(FLOW, t0 + opf.pause_ns()));
     assert!(rx.apply_rate(&mut sched, leaf, FLOW));
     assert!(sched.flow_next_release(leaf, FLOW).is_some());
-    // Packets that come while the limit holds wait at the flow's gate, one in the shaper.
+    // Packets that come while the limit holds wait at the flow's gate, which paces
+    // departures: behind packet 1, still queued past it, none of them in the shaper yet.
     let at = |token| Packet { token, ..pkt };
     for token in 2..5 {
         sched.enqueue(t0, &at(token)).unwrap();
     }
-    assert_eq!(sched.shaped(), 1);
+    assert_eq!(sched.shaped(), 0);
+    assert_eq!(sched.len(), 4);
     // Lifting the limit removes the flow's gate; the packets waiting at it still leave first,
     // in order, and the flow's next packet after them.
     assert!(rx.lift(FLOW));

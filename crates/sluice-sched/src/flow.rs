@@ -75,7 +75,8 @@ pub(crate) fn record<'a>(slots: &'a [Rec], slab: &'a [Rec], pkt: u32) -> &'a Rec
 
 /// One flow: four cache lines, aligned to 128 bytes. The first holds what every packet
 /// touches at enqueue and dequeue (its FIFO, its count, its place in its leaf); the second its
-/// gate, its leaf and what dequeue reports (key) or emptying touches (the idle list); the third
+/// gate and how many of its packets are past it, its leaf and what dequeue reports (key) or
+/// emptying touches (the idle list); the third
 /// and fourth the records of up to two of its queued packets. Admission in `sluice-flow` (and
 /// TCP Small Queues in a host) keeps about two packets per flow in the scheduler, so a flow
 /// and its packets usually share one page: with a million flows, one page walk instead of
@@ -88,8 +89,9 @@ pub(crate) struct Flow {
     /// leaf; at a per-packet leaf only those waiting at its gate.
     pub head: u32,
     pub tail: u32,
-    /// The first packet of the FIFO still waiting at the gate (`NIL`: none). It is the gate's
-    /// packet in flight, in the shaper (as this flow); those after it wait behind it.
+    /// The first packet of the FIFO still waiting at the gate (`NIL`: none), and those after
+    /// it behind it. While `passed` is 0 it is in the shaper (as this flow) until the gate
+    /// lets it through; otherwise it waits for the flow's packets past the gate to leave.
     pub gate_next: u32,
     /// Packets of this flow anywhere in the scheduler.
     pub queued: u32,
@@ -100,6 +102,9 @@ pub(crate) struct Flow {
     pub leaf: u16,
     /// Bit k set: `slots[k]` holds a queued packet.
     pub slots_used: u8,
+    /// Packets past the gate (at the leaf or above) that have not left yet. A gated flow lets
+    /// its next packet through only when this is 0 (see `Scheduler::admit`).
+    pub passed: u32,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
     idle_next: u32,
@@ -225,6 +230,7 @@ impl FlowTable {
             gate: gate(),
             gate_next: NIL,
             slots_used: 0,
+            passed: 0,
             idle_prev: NIL,
             idle_next: NIL,
             slots: [Rec::new(Meta::default()); INLINE_SLOTS as usize],

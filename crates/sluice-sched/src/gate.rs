@@ -9,6 +9,10 @@
 //! multiplication by the rate's reciprocal, rounded up ([`Rate::tx_time_fp_of`]): the rate is
 //! exact to 2^-32 ns per 1500-byte packet from 6 kbit/s up to 2^63 bit/s, and never exceeded.
 //!
+//! A node's gate stamps packets as they arrive, Carousel's timestamping. A flow's gate stamps
+//! them as they leave the scheduler instead (`Scheduler::admit`), as Linux fq paces: the
+//! start is then the departure, and the flow's next packet may go at the new LTS.
+//!
 //! A packet on a path through several gates (a flow's pacing rate, its leaf's limit, a parent's
 //! limit) visits them one after the other, each stamping from the time the previous released it;
 //! it leaves no earlier than the latest of their times, Carousel's "maximum over the policies".
@@ -94,15 +98,10 @@ impl Gate {
         u64::try_from(start >> 32).unwrap_or(u64::MAX)
     }
 
-    /// The release time `stamp` would give, without taking it.
-    pub fn peek(&self, now: u64, len: u32) -> u64 {
-        let mut copy = *self;
-        copy.stamp(now, len)
-    }
-
-    /// The earliest time the next packet could be released (ns, rounded down).
+    /// The earliest time the next packet could be released (ns, rounded down; saturated at
+    /// u64::MAX, as [`Gate::stamp`] is).
     pub fn next_free(&self) -> u64 {
-        (self.lts() >> 32) as u64
+        u64::try_from(self.lts() >> 32).unwrap_or(u64::MAX)
     }
 }
 

@@ -42,14 +42,26 @@ struct OFlow {
     fifo: VecDeque<Meta>,
     member: OMember,
     gate: Option<Gate>,
-    line: Line,
+    line: Line<u32>,
+    /// Packets past its gate that have not left: a gate lets the next one through only
+    /// when none is (it paces departures).
+    passed: u32,
 }
 
-/// A gate's packet in flight (in the shaper) and the packets waiting behind it, in order.
-#[derive(Default)]
-struct Line {
+/// A gate's packet in flight (in the shaper) and the packets waiting behind it, in order: a
+/// flow's packet ids, or a node's packets.
+struct Line<T> {
     in_flight: bool,
-    waiting: VecDeque<Wait>,
+    waiting: VecDeque<T>,
+}
+
+impl<T> Default for Line<T> {
+    fn default() -> Self {
+        Line {
+            in_flight: false,
+            waiting: VecDeque::new(),
+        }
+    }
 }
 
 struct ONode {
@@ -62,7 +74,7 @@ struct ONode {
     policy: AnyPolicy,
     pifos: Vec<Oracle<u32>>,
     gate: Option<Gate>,
-    line: Line,
+    line: Line<Meta>,
     members: Vec<OMember>,
     member_cfg: Vec<MemberCfg>,
     flow_rate: Option<(Rate, u64)>,
@@ -201,6 +213,7 @@ impl OracleTree {
                     member: OMember::default(),
                     gate,
                     line: Line::default(),
+                    passed: 0,
                 };
                 let id = if self.flows.len() < self.flow_capacity {
                     self.flows.push(fresh);
@@ -227,12 +240,8 @@ impl OracleTree {
             }
         }
         if self.beyond_reject {
-            if let (Some(g), true) = (
-                f.gate.as_ref(),
-                !f.line.in_flight && f.line.waiting.is_empty(),
-            ) {
-                let t = g.peek(now, p.len);
-                if self.horizon.beyond(t, now).is_some() {
+            if let Some(g) = f.gate.as_ref() {
+                if self.horizon.beyond(g.next_free(), now).is_some() {
                     if f.queued == 0 {
                         self.idle.push_back(id);
                     }
@@ -248,12 +257,50 @@ impl OracleTree {
             self.flows[id as usize].fifo.push_back(meta);
         }
         let f = &mut self.flows[id as usize];
-        match arrive_at_gate(f.gate.as_mut(), &mut f.line, p.len, now) {
-            None => self.enter_leaf(pkt, now),
-            Some(None) => f.line.waiting.push_back(Wait::Flow(pkt)),
-            Some(Some(t)) => self.wait(t, now, Wait::Flow(pkt)),
+        let busy = f.line.in_flight || !f.line.waiting.is_empty();
+        match f.gate {
+            _ if busy => f.line.waiting.push_back(pkt),
+            None => self.pass_flow_gate(pkt, now),
+            Some(_) if f.passed > 0 => f.line.waiting.push_back(pkt),
+            Some(g) if g.next_free() <= now => self.pass_flow_gate(pkt, now),
+            Some(g) => {
+                f.line.in_flight = true;
+                self.wait(g.next_free(), now, Wait::Flow(pkt));
+            }
         }
         Ok(())
+    }
+
+    fn pass_flow_gate(&mut self, pkt: u32, now: u64) {
+        let flow = self.packets[pkt as usize].flow;
+        self.flows[flow as usize].passed += 1;
+        self.enter_leaf(pkt, now);
+    }
+
+    /// A flow's gate paces departures: its waiting packets go through one at a time, each
+    /// once the packets before it that passed have left and the gate is free (all of them at
+    /// once if it has no gate).
+    fn admit(&mut self, flow: u32, now: u64) {
+        loop {
+            let f = &mut self.flows[flow as usize];
+            if f.line.in_flight {
+                return;
+            }
+            let Some(&pkt) = f.line.waiting.front() else {
+                return;
+            };
+            let t = match f.gate {
+                None => now,
+                Some(_) if f.passed > 0 => return,
+                Some(g) => g.next_free(),
+            };
+            f.line.waiting.pop_front();
+            if t > now {
+                f.line.in_flight = true;
+                return self.wait(t, now, Wait::Flow(pkt));
+            }
+            self.pass_flow_gate(pkt, now);
+        }
     }
 
     fn wait(&mut self, at: u64, now: u64, w: Wait) {
@@ -321,7 +368,7 @@ impl OracleTree {
             };
             match arrive_at_gate(gate, &mut node.line, meta.len, now) {
                 None => {}
-                Some(None) => return node.line.waiting.push_back(Wait::Node(n, *meta)),
+                Some(None) => return node.line.waiting.push_back(*meta),
                 Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta)),
             }
             let Some(p) = self.nodes[n as usize].parent else {
@@ -334,29 +381,14 @@ impl OracleTree {
         }
     }
 
-    fn pass(&mut self, w: Wait, t: u64) {
-        match w {
-            Wait::Flow(pkt) => self.enter_leaf(pkt, t),
-            Wait::Node(n, meta) => match self.nodes[n as usize].parent {
-                None => self.ready += 1,
-                Some(p) => {
-                    let slot = self.nodes[n as usize].slot;
-                    self.give(p, slot, &meta, t);
-                    self.pass_up(p, &meta, t);
-                }
-            },
-        }
-    }
-
-    fn line_of(&mut self, w: Wait) -> (Option<&mut Gate>, &mut Line) {
-        match w {
-            Wait::Flow(pkt) => {
-                let f = &mut self.flows[self.packets[pkt as usize].flow as usize];
-                (f.gate.as_mut(), &mut f.line)
-            }
-            Wait::Node(n, _) => {
-                let node = &mut self.nodes[n as usize];
-                (node.gate.as_mut(), &mut node.line)
+    /// A node's packet passed its gate at `t`: on to its parent.
+    fn pass_node(&mut self, n: NodeId, meta: &Meta, t: u64) {
+        match self.nodes[n as usize].parent {
+            None => self.ready += 1,
+            Some(p) => {
+                let slot = self.nodes[n as usize].slot;
+                self.give(p, slot, meta, t);
+                self.pass_up(p, meta, t);
             }
         }
     }
@@ -364,23 +396,28 @@ impl OracleTree {
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
             let t = e.rank.min(now);
-            let w = self.waits[e.item as usize];
-            self.line_of(w).1.in_flight = false;
-            self.pass(w, t);
-            // Stamp those waiting in line, in order, until one has to wait.
-            while let Some(next) = self.line_of(w).1.waiting.pop_front() {
-                let len = match next {
-                    Wait::Flow(pkt) => self.packets[pkt as usize].len,
-                    Wait::Node(_, meta) => meta.len,
-                };
-                let (gate, line) = self.line_of(w);
-                let at = gate.map_or(t, |g| g.stamp(t, len));
-                if at > t {
-                    line.in_flight = true;
-                    self.wait(at, t, next);
-                    break;
+            match self.waits[e.item as usize] {
+                Wait::Flow(pkt) => {
+                    let flow = self.packets[pkt as usize].flow;
+                    self.flows[flow as usize].line.in_flight = false;
+                    self.pass_flow_gate(pkt, t);
+                    self.admit(flow, t);
                 }
-                self.pass(next, t);
+                Wait::Node(n, meta) => {
+                    self.nodes[n as usize].line.in_flight = false;
+                    self.pass_node(n, &meta, t);
+                    // Stamp those waiting in line, in order, until one has to wait.
+                    while let Some(next) = self.nodes[n as usize].line.waiting.pop_front() {
+                        let node = &mut self.nodes[n as usize];
+                        let at = node.gate.as_mut().map_or(t, |g| g.stamp(t, next.len));
+                        if at > t {
+                            node.line.in_flight = true;
+                            self.wait(at, t, Wait::Node(n, next));
+                            break;
+                        }
+                        self.pass_node(n, &next, t);
+                    }
+                }
             }
         }
     }
@@ -468,9 +505,14 @@ impl OracleTree {
         self.held -= 1;
         let f = &mut self.flows[meta.flow as usize];
         f.queued -= 1;
+        f.passed -= 1;
+        if let Some(g) = f.gate.as_mut() {
+            g.stamp(now, meta.len);
+        }
         if f.queued == 0 {
             self.idle.push_back(meta.flow);
         }
+        self.admit(meta.flow, now);
         let f = &self.flows[meta.flow as usize];
         Some(Dequeued {
             token: meta.token,
@@ -561,12 +603,12 @@ impl OracleTree {
     }
 }
 
-/// A packet reaches a gate: `None` passes, `Some(None)` waits in line, `Some(Some(t))` goes
+/// A packet reaches a node's gate: `None` passes, `Some(None)` waits in line, `Some(Some(t))` goes
 /// to the shaper until `t` as the gate's packet in flight. A line keeps its order when its
 /// gate loses its rate: newcomers wait behind it until it has drained.
 fn arrive_at_gate(
     gate: Option<&mut Gate>,
-    line: &mut Line,
+    line: &mut Line<Meta>,
     len: u32,
     now: u64,
 ) -> Option<Option<u64>> {

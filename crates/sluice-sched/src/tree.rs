@@ -14,7 +14,9 @@
 //! gate (a rate limit), the gate stamps a release time (Carousel timestamping) and, if that is
 //! in the future, a record waits in the **one shaper**, a timing wheel shared by the whole tree;
 //! when the shaper releases it, the packet continues to the parent (Eiffel Fig. 4.8). A flow's
-//! pacing rate is a gate in front of its leaf.
+//! pacing rate is a gate in front of its leaf that paces departures, as Linux fq does: it
+//! stamps a packet when it leaves the scheduler, and lets the flow's next packet into the leaf
+//! once those it let in have left and its time has come ([`Scheduler::admit`]).
 //!
 //! The root's gate is the link, and it charges the packet that leaves: `dequeue` sends nothing
 //! while the gate's last timestamp is ahead of `now`, and stamps the length of the packet it
@@ -524,10 +526,13 @@ impl Scheduler {
                 None => f.gate = Some(Gate::new(r, leaf_rate.map_or(0, |l| l.1))),
             }
         }
-        // A hard limit turns away a packet that would wait beyond the shaper's horizon.
+        // A hard limit turns away a packet whose flow's gate is already further ahead than
+        // the shaper's horizon: no packet of the flow could go before then. (The gate stamps
+        // departures, so a packet accepted before can still be clamped, when a single packet
+        // takes longer than the horizon at the flow's rate.)
         if self.beyond_horizon == Overflow::Reject {
-            if let (Some(g), true) = (f.gate.as_ref(), f.gate_next == NIL) {
-                let t = g.peek(now, p.len);
+            if let Some(g) = f.gate.as_ref() {
+                let t = g.next_free();
                 if self.horizon.beyond(t, now).is_some() {
                     if f.queued == 0 {
                         self.flows.emptied(flow);
@@ -544,13 +549,15 @@ impl Scheduler {
         };
         self.held += 1;
         f.queued += 1;
-        // The flow's gate: the packet passes, waits in the shaper as the gate's packet in
-        // flight, or waits behind it. Packets already waiting go first, even if the gate's rate
-        // was removed since (`set_flow_rate`): they pass when the one in flight is released.
-        let verdict = match f.gate.as_mut() {
+        // The flow's gate: the packet passes, waits in the shaper until the gate is free, or
+        // waits behind the flow's packets that are past the gate or waiting at it (see
+        // [`Scheduler::admit`]). Packets already waiting go first, even if the gate's rate was
+        // removed since (`set_flow_rate`).
+        let verdict = match f.gate.as_ref() {
             _ if f.gate_next != NIL => Verdict::Hold,
             None => Verdict::Pass,
-            Some(g) => match g.stamp(now, p.len) {
+            Some(_) if f.passed > 0 => Verdict::Hold,
+            Some(g) => match g.next_free() {
                 t if t <= now => Verdict::Pass,
                 t => Verdict::Park(t),
             },
@@ -569,8 +576,15 @@ impl Scheduler {
         self.nodes[leaf as usize].stats.enqueued += 1;
         self.stats.enqueued += 1;
         match verdict {
-            Verdict::Pass => self.enter(leaf, pkt, &meta, now),
-            Verdict::Hold => {}
+            Verdict::Pass => {
+                f.passed += 1;
+                self.enter(leaf, pkt, &meta, now)
+            }
+            Verdict::Hold => {
+                if f.gate_next == NIL {
+                    f.gate_next = pkt;
+                }
+            }
             Verdict::Park(t) => {
                 self.flows.flows[flow as usize].gate_next = pkt;
                 self.park(t, now, FLOW_ITEM | flow);
@@ -788,30 +802,55 @@ impl Scheduler {
 
     /// See [`Scheduler::unpark`]; a flow's gate, whose line is its FIFO from `gate_next` on.
     fn unpark_flow(&mut self, flow: FlowId, now: u64) {
-        let mut pkt = self.flows.flows[flow as usize].gate_next;
-        loop {
-            // Through the gate: the cursor moves on (and a per-packet leaf's FIFO, which holds
-            // only the packets at the gate, loses its head).
-            let f = &mut self.flows.flows[flow as usize];
-            let (next, leaf) = (f.rec(&self.packets.items, pkt).next, f.leaf);
-            f.gate_next = next;
-            if self.nodes[leaf as usize].mode == Mode::PerPacket {
-                f.head = next;
-                if next == NIL {
-                    f.tail = NIL;
-                }
-            }
-            self.enter_leaf(flow, pkt, now);
+        let pkt = self.flows.flows[flow as usize].gate_next;
+        self.pass_flow_gate(flow, pkt, now);
+        // Only a gate removed since (`set_flow_rate`) lets the rest through now.
+        if self.flows.flows[flow as usize].gate.is_none() {
+            self.admit(flow, now);
+        }
+    }
+
+    /// Packet `pkt`, the flow's `gate_next`, goes through its gate into its leaf: the cursor
+    /// moves on (and a per-packet leaf's FIFO, which holds only the packets at the gate, loses
+    /// its head).
+    fn pass_flow_gate(&mut self, flow: FlowId, pkt: u32, now: u64) {
+        let f = &mut self.flows.flows[flow as usize];
+        let (next, leaf) = (f.rec(&self.packets.items, pkt).next, f.leaf);
+        f.gate_next = next;
+        f.passed += 1;
+        if self.nodes[leaf as usize].mode == Mode::PerPacket {
+            f.head = next;
             if next == NIL {
+                f.tail = NIL;
+            }
+        }
+        self.enter_leaf(flow, pkt, now);
+    }
+
+    /// Let the packets waiting at a flow's gate through as it allows, at `now`. A gate paces
+    /// departures, as Linux fq does: the flow's next packet goes through only once none of
+    /// its packets past the gate is left to send, at once if the gate is free by then (the
+    /// departures stamp it, [`Gate::stamp`]), else from the shaper when it will be. So a flow
+    /// that its leaf or the tree above held below its rate leaves no faster than its rate
+    /// afterwards. (Stamped on arrival, as Carousel stamps, such a flow kept passing its gate
+    /// at its rate and later left at the link's.) Without a gate (its rate removed), they
+    /// all go.
+    fn admit(&mut self, flow: FlowId, now: u64) {
+        loop {
+            let f = &self.flows.flows[flow as usize];
+            let pkt = f.gate_next;
+            if pkt == NIL {
                 return;
             }
-            let f = &mut self.flows.flows[flow as usize];
-            let len = f.rec(&self.packets.items, next).meta.len;
-            let t = f.gate.as_mut().map_or(now, |g| g.stamp(now, len));
+            let t = match f.gate.as_ref() {
+                None => now,
+                Some(_) if f.passed > 0 => return,
+                Some(g) => g.next_free(),
+            };
             if t > now {
                 return self.park(t, now, FLOW_ITEM | flow);
             }
-            pkt = next;
+            self.pass_flow_gate(flow, pkt, now);
         }
     }
 
@@ -879,14 +918,8 @@ impl Scheduler {
                 }
             } else if let Some(f) = self.flows.flows.get((item & !FLOW_ITEM) as usize) {
                 match k {
-                    0 => {
-                        // The packet going through, and (usually the one after it: flows keep
-                        // few packets queued) the last, which its gate stamps next.
-                        self.prefetch_packet(f.gate_next);
-                        if f.tail != f.gate_next {
-                            self.prefetch_packet(f.tail);
-                        }
-                    }
+                    // The packet going through.
+                    0 => self.prefetch_packet(f.gate_next),
                     _ => {
                         // Both lines: a release reads the second one too (the gate, the leaf).
                         prefetch(f);
@@ -1009,11 +1042,19 @@ impl Scheduler {
         }
         let f = &mut self.flows.flows[meta.flow as usize];
         f.queued -= 1;
+        f.passed -= 1;
         let (key, leaf, emptied) = (f.key, f.leaf, f.queued == 0);
+        if let Some(g) = f.gate.as_mut() {
+            g.stamp(now, meta.len);
+        }
+        let waiting = f.gate_next != NIL;
         if emptied {
             self.flows.emptied(meta.flow);
         }
         self.release_packet(meta.flow, pkt);
+        if waiting {
+            self.admit(meta.flow, now);
+        }
         self.stats.dequeued += 1;
         Some(Dequeued {
             token: meta.token,

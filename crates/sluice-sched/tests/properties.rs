@@ -917,15 +917,20 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
             ..ShaperConfig::default()
         };
         let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
-        // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms.
+        // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms. The first packet's
+        // departure puts the gate 12 ms ahead: the second, accepted before, is clamped.
         s.enqueue(S, &packet(0, 0, 1, 1500)).unwrap();
-        let second = s.enqueue(S, &packet(1, 0, 1, 1500));
+        s.enqueue(S, &packet(1, 0, 1, 1500)).unwrap();
+        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        assert_eq!(s.stats().clamped, 1);
+        // A third one finds the gate beyond the horizon.
+        let third = s.enqueue(S, &packet(2, 0, 1, 1500));
         if reject {
-            assert_eq!(second.unwrap_err().reason, RejectReason::BeyondHorizon);
+            assert_eq!(third.unwrap_err().reason, RejectReason::BeyondHorizon);
             assert_eq!(s.len(), 1);
         } else {
-            assert!(second.is_ok());
-            assert!(s.stats().clamped >= 1);
+            assert!(third.is_ok());
+            assert_eq!(s.len(), 2);
         }
     }
 }
@@ -944,8 +949,9 @@ fn a_clamped_release_is_counted_once_and_leaves_at_the_wheels_last_slot() {
         let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
         s.enqueue(now, &packet(0, 0, 1, 1500)).unwrap();
         s.enqueue(now, &packet(1, 0, 1, 1500)).unwrap();
-        assert_eq!(s.stats().clamped, 1, "now {now}: {:?}", s.stats());
+        // The first one's departure puts the gate 12 ms ahead: the second is clamped.
         assert_eq!(s.dequeue(now).unwrap().token, 0);
+        assert_eq!(s.stats().clamped, 1, "now {now}: {:?}", s.stats());
         // It leaves in the wheel's last slot: no earlier, and no later than the horizon.
         let slot_start = now - now % 1024;
         let last_slot = slot_start + 1023 * 1024;
@@ -1048,6 +1054,8 @@ fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
         for token in 0..3 {
             s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
         }
+        assert_eq!(s.shaped(), 0, "{policy:?}: the second waits for the first");
+        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0), "{policy:?}");
         assert_eq!(
             s.shaped(),
             1,
@@ -1055,7 +1063,7 @@ fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
         );
         assert!(s.set_flow_rate(leaf, 7, None));
         s.enqueue(S, &packet(3, 0, 7, 1500)).unwrap();
-        assert_eq!(drain(&mut s, S), [0, 1, 2, 3], "{policy:?}");
+        assert_eq!(drain(&mut s, S), [1, 2, 3], "{policy:?}");
         s.check();
         // Without a gate and without a line, packets pass at once.
         s.enqueue(S + S, &packet(4, 0, 7, 1500)).unwrap();
@@ -1656,4 +1664,82 @@ fn fq_serves_a_new_flow_first_with_a_tiny_quantum_too() {
     }
     s.enqueue(5000, &packet(token, 0, 99, 50)).unwrap();
     assert_eq!(s.dequeue(5000).map(|d| d.flow), Some(99));
+}
+
+/// A flow's pacing rate is a maximum on the wire, as in Linux fq, which paces at dequeue: a
+/// paced flow that fair queuing held below its rate does not make up for it once the others
+/// stop. (Its gate used to stamp arrivals: held back at its leaf, the flow kept passing its
+/// gate at its rate, and the packets it had passed, then every new one, left at the link's
+/// rate, twice its pacing rate here.)
+#[test]
+fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
+    let pace = Rate::mbit(50);
+    for policy in [
+        PolicyKind::Fq,
+        PolicyKind::Wfq,
+        PolicyKind::Drr,
+        PolicyKind::Pfabric,
+    ] {
+        let root = NodeSpec::new("link", policy).rate(Rate::mbit(100), 0);
+        let mut s = one_leaf(cfg(1000), root);
+        let send = |s: &mut Scheduler, now: u64, token: u64, flow: u64| {
+            let mut p = packet(token, 0, flow, 1500);
+            if flow == 0 {
+                p.fields.pacing_bps = pace.bps();
+            }
+            p.fields.remaining = 1 << 40;
+            s.enqueue(now, &p).expect("accepted");
+        };
+        // Ten flows keep 20 packets each queued until 1 s; then only flow 0 (paced) does.
+        let mut token = 0;
+        for flow in 0..10 {
+            for _ in 0..20 {
+                send(&mut s, S, token, flow);
+                token += 1;
+            }
+        }
+        let (mut now, end, others_stop) = (S, 3 * S, 2 * S);
+        let mut mine = Vec::new();
+        while now < end {
+            match s.dequeue(now) {
+                Some(d) => {
+                    if d.flow == 0 {
+                        mine.push((now, u64::from(d.len)));
+                    }
+                    if d.flow == 0 || now < others_stop {
+                        send(&mut s, now, token, d.flow);
+                        token += 1;
+                    }
+                }
+                None => now = s.next_event(now).expect("backlogged").max(now + 1),
+            }
+        }
+        assert!(mine.len() > 100, "{policy:?}: {} packets", mine.len());
+        // Within any stretch of its departures: one packet plus the rate over the stretch's
+        // length (and a shaper slot of rounding), never more.
+        for i in 0..mine.len() {
+            let mut bytes = 0;
+            for &(at, len) in &mine[i..] {
+                bytes += len;
+                let allowed = 1500 + pace.bytes_in(at - mine[i].0 + 1024);
+                assert!(
+                    bytes <= allowed,
+                    "{policy:?}: {bytes} B in {} us from {} ms, allowed {allowed}",
+                    (at - mine[i].0) / 1000,
+                    (mine[i].0 - S) / MS
+                );
+            }
+        }
+        // And alone it gets its rate.
+        let alone: u64 = mine
+            .iter()
+            .filter(|d| d.0 >= others_stop + 100 * MS)
+            .map(|d| d.1)
+            .sum();
+        let mbit = alone as f64 * 8.0 / 0.9e6;
+        assert!(
+            (mbit - 50.0).abs() < 0.5,
+            "{policy:?}: alone {mbit:.2} Mbit/s"
+        );
+    }
 }
