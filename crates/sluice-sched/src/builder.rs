@@ -58,8 +58,8 @@ pub struct ShaperConfig {
     pub slot_ns: u64,
     /// Slots; horizon = slots * slot_ns.
     pub slots: usize,
-    /// A packet whose flow's gate puts it beyond the horizon: clamp to the horizon (pacing) or
-    /// reject it (hard limits).
+    /// A packet whose flow's gate is already beyond the horizon: accept it (`Clamp`: it waits
+    /// for its time in hops of the horizon) or reject it (hard limits).
     pub beyond_horizon: Overflow,
 }
 

@@ -80,11 +80,12 @@ struct ONode {
     flow_rate: Option<(Rate, u64)>,
 }
 
-/// What waits in the shaper.
+/// What waits in the shaper: a flow's packet (its time is its gate's `next_free`), or a
+/// node's packet and its release time.
 #[derive(Clone, Copy)]
 enum Wait {
     Flow(u32),
-    Node(NodeId, Meta),
+    Node(NodeId, Meta, u64),
 }
 
 /// The reference interpreter; see the module note.
@@ -303,6 +304,7 @@ impl OracleTree {
         }
     }
 
+    /// Into the shaper until `at`, or the horizon's end, where it waits again until `at`.
     fn wait(&mut self, at: u64, now: u64, w: Wait) {
         let at = at.min(self.horizon.latest(now));
         self.shaper.advance(now);
@@ -369,7 +371,7 @@ impl OracleTree {
             match arrive_at_gate(gate, &mut node.line, meta.len, now) {
                 None => {}
                 Some(None) => return node.line.waiting.push_back(*meta),
-                Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta)),
+                Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta, t)),
             }
             let Some(p) = self.nodes[n as usize].parent else {
                 self.ready += 1;
@@ -396,14 +398,26 @@ impl OracleTree {
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
             let t = e.rank.min(now);
-            match self.waits[e.item as usize] {
+            let w = self.waits[e.item as usize];
+            let at = match w {
+                Wait::Flow(pkt) => {
+                    let flow = self.packets[pkt as usize].flow;
+                    self.flows[flow as usize].gate.map_or(0, |g| g.next_free())
+                }
+                Wait::Node(_, _, at) => at,
+            };
+            if at > e.rank {
+                self.wait(at, t, w);
+                continue;
+            }
+            match w {
                 Wait::Flow(pkt) => {
                     let flow = self.packets[pkt as usize].flow;
                     self.flows[flow as usize].line.in_flight = false;
                     self.pass_flow_gate(pkt, t);
                     self.admit(flow, t);
                 }
-                Wait::Node(n, meta) => {
+                Wait::Node(n, meta, _) => {
                     self.nodes[n as usize].line.in_flight = false;
                     self.pass_node(n, &meta, t);
                     // Stamp those waiting in line, in order, until one has to wait.
@@ -412,7 +426,7 @@ impl OracleTree {
                         let at = node.gate.as_mut().map_or(t, |g| g.stamp(t, next.len));
                         if at > t {
                             node.line.in_flight = true;
-                            self.wait(at, t, Wait::Node(n, next));
+                            self.wait(at, t, Wait::Node(n, next, at));
                             break;
                         }
                         self.pass_node(n, &next, t);

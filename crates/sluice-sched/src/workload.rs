@@ -128,7 +128,7 @@ pub trait Sched {
     fn dequeued(&self) -> u64;
     /// Packets rejected, by the scheduler's own count.
     fn rejected(&self) -> u64;
-    /// Release times clamped into the shaper's horizon (which would distort the rates).
+    /// Release times beyond the shaper's horizon (each adds trips through the wheel).
     fn clamped(&self) -> u64;
 }
 

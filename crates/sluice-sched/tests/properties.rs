@@ -936,10 +936,11 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
 }
 
 #[test]
-fn a_clamped_release_is_counted_once_and_leaves_at_the_wheels_last_slot() {
+fn a_clamped_release_is_counted_once_and_leaves_at_its_time() {
     // On a slot boundary and off one: from mid-slot, now + horizon lies past the wheel's
     // window (which starts at the start of now's slot), so the wheel clamped the release
-    // again and the scheduler counted it twice.
+    // again and the scheduler counted it twice. And the release waits in the wheel's last
+    // slot and is filed again until its time: it used to leave from there, 11 ms early.
     let shaper = ShaperConfig {
         slot_ns: 1024,
         slots: 1024,
@@ -952,17 +953,67 @@ fn a_clamped_release_is_counted_once_and_leaves_at_the_wheels_last_slot() {
         // The first one's departure puts the gate 12 ms ahead: the second is clamped.
         assert_eq!(s.dequeue(now).unwrap().token, 0);
         assert_eq!(s.stats().clamped, 1, "now {now}: {:?}", s.stats());
-        // It leaves in the wheel's last slot: no earlier, and no later than the horizon.
-        let slot_start = now - now % 1024;
-        let last_slot = slot_start + 1023 * 1024;
-        assert_eq!(s.dequeue(last_slot - 1), None, "now {now}");
-        let t = s.next_event(now).unwrap();
+        let (mut t, mut wakeups) = (now, 0);
+        let sent = loop {
+            t = s.next_event(t).unwrap();
+            wakeups += 1;
+            if let Some(d) = s.dequeue(t) {
+                break (d.token, t);
+            }
+        };
+        assert_eq!(sent.0, 1);
+        let due = now + 12 * MS;
         assert!(
-            t >= last_slot && t < slot_start + 1024 * 1024,
-            "now {now}: {t}"
+            sent.1 + 1024 > due && sent.1 <= due,
+            "now {now}: left at {}",
+            sent.1
         );
-        assert_eq!(s.dequeue(t).unwrap().token, 1);
+        assert!(
+            wakeups >= 12,
+            "now {now}: {wakeups} wake-ups, one per horizon"
+        );
+        assert_eq!(s.stats().clamped, 1, "now {now}: {:?}", s.stats());
     }
+}
+
+/// A node's rate holds when one packet takes longer than the shaper's horizon at that rate:
+/// 65 000 B at 100 Mbit/s is 5.2 ms, the horizon 4.2 ms. (Released at the horizon's end, the
+/// node sent 124 Mbit/s.)
+#[test]
+fn a_node_rate_holds_with_packets_longer_than_the_horizon() {
+    let c = SchedConfig {
+        max_packet: 65536,
+        shaper: ShaperConfig {
+            slot_ns: 1024,
+            slots: 4096,
+            ..ShaperConfig::default()
+        },
+        ..cfg(1000)
+    };
+    let mut b = TreeBuilder::new(c);
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+    let n = b.child(
+        root,
+        NodeSpec::new("n", PolicyKind::Fifo).rate(Rate::mbit(100), 0),
+    );
+    b.default_leaf(n);
+    let mut s = b.build().unwrap();
+    for t in 0..100 {
+        s.enqueue(S, &packet(t, 0, t, 65_000)).unwrap();
+    }
+    let mut now = S;
+    let mut sent = Vec::new();
+    while let Some(t) = s.next_event(now) {
+        now = t.max(now);
+        if let Some(d) = s.dequeue(now) {
+            sent.push((now, u64::from(d.len)));
+        }
+    }
+    assert_eq!(sent.len(), 100);
+    let bytes: u64 = sent.iter().map(|d| d.1).sum::<u64>() - 65_000;
+    let span = sent[99].0 - sent[0].0;
+    let mbit = bytes as f64 * 8e3 / span as f64;
+    assert!((mbit - 100.0).abs() < 0.1, "{mbit:.3} Mbit/s");
 }
 
 #[test]
