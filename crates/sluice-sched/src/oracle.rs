@@ -571,13 +571,48 @@ impl OracleTree {
             return false;
         }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        self.cfg_of(n).map(|c| c.weight = weight).is_some()
+        let changed = self.cfg_of(n).map(|c| c.weight = weight).is_some();
+        if changed {
+            self.reconfigured(n);
+        }
+        changed
     }
 
     /// Change a node's reservation in its parent, or a root leaf's flows' (same contract as
     /// [`crate::Scheduler::set_reservation`]).
     pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
-        self.cfg_of(n).map(|c| c.reservation = rate).is_some()
+        let changed = self.cfg_of(n).map(|c| c.reservation = rate).is_some();
+        if changed {
+            self.reconfigured(n);
+        }
+        changed
+    }
+
+    /// Re-rank node `n` in its parent, or a root leaf's flows, after its configuration
+    /// changed, as the policy says.
+    fn reconfigured(&mut self, n: NodeId) {
+        let (by, slot) = match self.nodes[n as usize].parent {
+            Some(p) => (p, self.nodes[n as usize].slot as usize),
+            None => (n, 0),
+        };
+        let node = &mut self.nodes[by as usize];
+        let cfg = node.member_cfg[slot];
+        let members: Vec<(u32, &mut OMember)> = if node.leaf {
+            (0u32..)
+                .zip(self.flows.iter_mut())
+                .filter(|(_, f)| f.leaf == by)
+                .map(|(id, f)| (id, &mut f.member))
+                .collect()
+        } else {
+            vec![(slot as u32, &mut node.members[slot])]
+        };
+        for (item, m) in members {
+            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, &cfg) {
+                if m.available > 0 {
+                    put(&mut node.pifos, m, ranks, item, false);
+                }
+            }
+        }
     }
 
     fn cfg_of(&mut self, n: NodeId) -> Option<&mut MemberCfg> {

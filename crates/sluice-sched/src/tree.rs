@@ -1238,7 +1238,11 @@ impl Scheduler {
             return false;
         }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        self.member_cfg_mut(n).map(|c| c.weight = weight).is_some()
+        let changed = self.member_cfg_mut(n).map(|c| c.weight = weight).is_some();
+        if changed {
+            self.reconfigured(n);
+        }
+        changed
     }
 
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
@@ -1247,9 +1251,42 @@ impl Scheduler {
     /// built with; a slower one can put tags past it, where they are filed at its edge and
     /// ordered approximately ([`SchedStats::ranks_clamped`] counts them).
     pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
-        self.member_cfg_mut(n)
+        let changed = self
+            .member_cfg_mut(n)
             .map(|c| c.reservation = rate)
-            .is_some()
+            .is_some();
+        if changed {
+            self.reconfigured(n);
+        }
+        changed
+    }
+
+    /// Node `n`'s configuration as a member changed (its weight or reservation, or for a
+    /// root leaf its flows'): re-rank it, or every flow of the leaf, as the policy says
+    /// ([`Policy::reconfigured`]). O(flows in the table) for a leaf.
+    fn reconfigured(&mut self, n: NodeId) {
+        let (ranked_by, slot) = match self.nodes[n as usize].parent {
+            Some(p) => (p, self.nodes[n as usize].slot as usize),
+            None => (n, 0),
+        };
+        let node = &mut self.nodes[ranked_by as usize];
+        let cfg = &node.member_cfg[slot];
+        let mut move_one = |m: &mut Member, item: u32| {
+            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, cfg) {
+                if m.available > 0 {
+                    place(&mut node.queues, &mut node.first_seen, m, ranks, item, None);
+                }
+            }
+        };
+        if node.leaf {
+            for (id, f) in self.flows.flows.iter_mut().enumerate() {
+                if f.leaf == ranked_by {
+                    move_one(&mut f.member, id as u32);
+                }
+            }
+        } else {
+            move_one(&mut node.members[slot], slot as u32);
+        }
     }
 
     /// The configuration node `n` is ranked by: its own in its parent, or for a root that is a

@@ -1794,3 +1794,45 @@ fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
         );
     }
 }
+
+/// A reservation removed, or a weight raised, at run time takes effect at once. While a
+/// reservation (a floor) gives a member more than its weighted share, all it sends counts
+/// against its share; that lead used to outlive the reservation: removed after 2 s, a 300
+/// Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s, and a weight raised from
+/// 1 to 9 changed nothing for as long.
+#[test]
+fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        for raise_weight in [false, true] {
+            let mut b = TreeBuilder::new(cfg(10_000));
+            let root = b.root(NodeSpec::new("root", policy));
+            let a = NodeSpec::new("a", PolicyKind::Fifo)
+                .weight(1)
+                .reservation(Rate::mbit(300));
+            let a = b.child(root, a);
+            let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(9));
+            b.rule(vec![Match::Class(0)], a);
+            b.rule(vec![Match::Class(1)], c);
+            let mut s = b.build().unwrap();
+            let mut host = Host::new();
+            let flows = [(0, 0, 1500), (1, 1, 1500)];
+            let link = Some(Rate::gbit(1));
+            let before = host.run(&mut s, &flows, 4, link, S, 3 * S);
+            let reserved = mbit_in(&before, 0, 2 * S, S);
+            assert!((reserved - 300.0).abs() < 3.0, "{policy:?}: {reserved:.1}");
+            let want = if raise_weight {
+                assert!(s.set_weight(a, 9));
+                500.0
+            } else {
+                assert!(s.set_reservation(a, None));
+                100.0
+            };
+            let after = host.run(&mut s, &flows, 0, link, 3 * S, 4 * S);
+            let got = mbit_in(&after, 0, 3 * S + 10 * MS, 240 * MS);
+            assert!(
+                (got - want).abs() < want * 0.02,
+                "{policy:?}, weight raised {raise_weight}: {got:.1} Mbit/s, want {want}"
+            );
+        }
+    }
+}

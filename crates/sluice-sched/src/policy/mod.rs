@@ -260,6 +260,13 @@ pub trait Policy: fmt::Debug + Send {
         [0, ABSENT]
     }
 
+    /// Per member: its weight or reservation (`cfg`, as it is now) was changed at run time.
+    /// Its new ranks if the change moves it (the scheduler then moves it in every queue if it
+    /// has packets available); `None` leaves it where it is.
+    fn reconfigured(&self, _tags: &mut Tags, _cfg: &MemberCfg) -> Option<[Rank; 2]> {
+        None
+    }
+
     /// Per member, dual policies: the queue whose rank a service from queue `from` never
     /// changes (hClock: share service leaves the reservation tag as it was), so that the
     /// scheduler need not read the member's rank there to know it keeps its place.
@@ -508,6 +515,9 @@ impl Policy for AnyPolicy {
     }
     fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
         with_policy!(self, p => p.shifted(tags, cfg, d))
+    }
+    fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
+        with_policy!(self, p => p.reconfigured(tags, cfg))
     }
 }
 

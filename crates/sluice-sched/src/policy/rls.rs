@@ -88,6 +88,19 @@ impl Rls {
         tags.b = tags.c;
     }
 
+    /// A member's weight or reservation changed: the share service it was charged beyond its
+    /// weighted share is forgiven, its share tags brought back to the virtual time if they
+    /// ran ahead. A reservation is a floor, so all a reserved member sends counts against its
+    /// share, and while the reservation gives it more than its share its share tags run ahead
+    /// of the others' without bound. Kept after the reservation went (or its weight rose),
+    /// that lead held it for twice as long as the reservation had been in force: removed
+    /// after 2 s, a 300 Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s.
+    fn forgive(&self, tags: &mut Tags, cfg: &MemberCfg) -> [Rank; 2] {
+        tags.b = tags.b.min(self.v);
+        tags.c = tags.c.min(self.v);
+        Self::ranks(tags, cfg)
+    }
+
     /// Share tags only: the reservation tag is a time.
     fn shifted(tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
         tags.b = tags.b.saturating_sub(d);
@@ -144,6 +157,9 @@ macro_rules! rls_common {
         }
         fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
             Rls::shifted(tags, cfg, d)
+        }
+        fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
+            Some(self.0.forgive(tags, cfg))
         }
     };
 }
