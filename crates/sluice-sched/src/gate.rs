@@ -65,13 +65,33 @@ impl Gate {
         self.burst_bytes
     }
 
-    /// Change the rate from now on (bytes already stamped keep their times).
-    pub fn set_rate(&mut self, rate: Rate) {
+    /// Change the rate from `now` on. What the gate still owes at `now` (its last timestamp
+    /// ahead of `now`: the packets it stamped that have not had their time yet) is owed in
+    /// bytes, and paid at the new rate. (Kept as a time, a packet in flight at a low rate
+    /// held the gate for its whole time at that rate after a raise: 7 s for 9000 B at 10
+    /// kbit/s raised to 10 Gbit/s.) Release times already given keep their place.
+    pub fn set_rate(&mut self, rate: Rate, now: u64) {
         // Hosts pass a flow's pacing rate with every packet: only a change costs a division.
-        if rate != self.rate {
-            self.rate = rate;
-            self.per_byte = rate.per_byte();
+        if rate == self.rate {
+            return;
         }
+        let now_fp = u128::from(now) << 32;
+        let lts = self.lts();
+        if lts > now_fp {
+            // owed * old / new, in two steps that cannot overflow below a saturated result.
+            let (owed, old, new) = (
+                lts - now_fp,
+                u128::from(self.rate.bps()),
+                u128::from(rate.bps()),
+            );
+            let scaled = (owed / new)
+                .checked_mul(old)
+                .and_then(|q| q.checked_add(owed % new * old / new))
+                .unwrap_or(u128::MAX >> 1);
+            self.set_lts(now_fp.saturating_add(scaled).min(u128::MAX >> 1));
+        }
+        self.rate = rate;
+        self.per_byte = rate.per_byte();
     }
 
     /// Change the burst allowance.
@@ -159,6 +179,29 @@ mod tests {
         let at_once = (0..100).filter(|_| g.stamp(now, 1500) <= now).count();
         // 15 000 bytes of credit: ten packets, plus the one that starts within it.
         assert_eq!(at_once, 11);
+    }
+
+    #[test]
+    fn a_new_rate_pays_what_the_gate_owes_in_bytes() {
+        let mut g = Gate::new(Rate::mbit(1), 0);
+        g.stamp(0, 60_000);
+        g.stamp(0, 60_000);
+        assert_eq!(g.next_free(), 960_000_000);
+        // At 480 ms half is paid: 60 000 B owed, 48 us at 10 Gbit/s.
+        g.set_rate(Rate::gbit(10), 480_000_000);
+        assert_eq!(g.next_free(), 480_048_000);
+        // And back: 48 us owed at 10 Gbit/s is 480 ms at 1 Mbit/s.
+        g.set_rate(Rate::mbit(1), 480_000_000);
+        assert_eq!(g.next_free(), 960_000_000);
+        // Nothing owed: nothing changes but the rate.
+        g.set_rate(Rate::gbit(1), 2_000_000_000);
+        assert_eq!(g.next_free(), 960_000_000);
+        assert_eq!(g.stamp(2_000_000_000, 1500), 2_000_000_000);
+        // The extremes saturate instead of wrapping.
+        let mut g = Gate::new(Rate::from_bps(1 << 62).unwrap(), 0);
+        g.stamp(u64::MAX / 2, u32::MAX);
+        g.set_rate(Rate::from_bps(1).unwrap(), 0);
+        assert_eq!(g.next_free(), u64::MAX);
     }
 
     #[test]

@@ -109,6 +109,8 @@ pub struct OracleTree {
     held: usize,
     capacity: usize,
     ready: u32,
+    /// The latest `now` passed in.
+    clock: u64,
 }
 
 /// A flow's packets at its leaf: the first `available` of its FIFO (the rest wait at its gate).
@@ -170,6 +172,7 @@ impl OracleTree {
             held: 0,
             capacity: plan.capacity,
             ready: 0,
+            clock: 0,
         })
     }
 
@@ -185,6 +188,7 @@ impl OracleTree {
 
     /// Offer a packet (same contract as [`crate::Scheduler::enqueue`]).
     pub fn enqueue(&mut self, now: u64, p: &Packet) -> Result<(), RejectReason> {
+        self.clock = self.clock.max(now);
         if p.len == 0 {
             return Err(RejectReason::ZeroLength);
         }
@@ -236,7 +240,7 @@ impl OracleTree {
         // A packet's pacing rate updates its flow's gate, or gives it one.
         if let Some(r) = Rate::new(p.fields.pacing_bps) {
             match f.gate.as_mut() {
-                Some(g) => g.set_rate(r),
+                Some(g) => g.set_rate(r, now),
                 None => f.gate = Some(Gate::new(r, leaf_burst)),
             }
         }
@@ -438,6 +442,7 @@ impl OracleTree {
 
     /// The next departure at `now` (same contract as [`crate::Scheduler::dequeue`]).
     pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
+        self.clock = self.clock.max(now);
         self.release_due(now);
         if self.ready == 0 || self.nodes[0].gate.is_some_and(|g| g.next_free() > now) {
             return None;
@@ -555,7 +560,7 @@ impl OracleTree {
         let gate = &mut self.nodes[n as usize].gate;
         *gate = rate.map(|r| match *gate {
             Some(mut g) => {
-                g.set_rate(r);
+                g.set_rate(r, self.clock);
                 g.set_burst(burst);
                 g
             }
@@ -638,7 +643,7 @@ impl OracleTree {
         let gate = &mut self.flows[id as usize].gate;
         *gate = rate.map(|r| match *gate {
             Some(mut g) => {
-                g.set_rate(r);
+                g.set_rate(r, self.clock);
                 g
             }
             None => Gate::new(r, burst),

@@ -336,6 +336,8 @@ pub struct Scheduler {
     ready: u32,
     /// A dequeue found the root's gate closed since the last packet left (for its `shaped`).
     root_waited: bool,
+    /// The latest `now` passed in: run-time changes of rates apply from then.
+    clock: u64,
     stats: SchedStats,
     /// The way down of the current dequeue (kept here so that no dequeue initializes it).
     path: [Step; MAX_DEPTH],
@@ -394,6 +396,7 @@ impl Scheduler {
             beyond_horizon,
             ready: 0,
             root_waited: false,
+            clock: 0,
             stats: SchedStats::default(),
             path: [Step {
                 node: 0,
@@ -496,6 +499,7 @@ impl Scheduler {
     /// Offer a packet at time `now`. Accepted packets leave through [`Scheduler::dequeue`];
     /// rejected ones are returned with their reason (and counted). `now` must not go backwards.
     pub fn enqueue(&mut self, now: u64, p: &Packet) -> Result<(), Rejected> {
+        self.clock = self.clock.max(now);
         if p.len == 0 {
             return self.reject(RejectReason::ZeroLength, p.token);
         }
@@ -525,7 +529,7 @@ impl Scheduler {
         // gives one to a flow that had none (its earlier packets carried no rate).
         if let Some(r) = Rate::new(pacing) {
             match f.gate.as_mut() {
-                Some(g) => g.set_rate(r),
+                Some(g) => g.set_rate(r, now),
                 None => f.gate = Some(Gate::new(r, leaf_rate.map_or(0, |l| l.1))),
             }
         }
@@ -994,6 +998,7 @@ impl Scheduler {
     /// Take the next packet to send at `now`, if any is ready.
     #[inline]
     pub fn dequeue(&mut self, now: u64) -> Option<Dequeued> {
+        self.clock = self.clock.max(now);
         self.release_due(now);
         if self.ready == 0 {
             return None;
@@ -1055,11 +1060,12 @@ impl Scheduler {
         };
         let meta = self.rec(pkt).meta;
         let root = &mut self.nodes[0];
+        // Taken whether or not the gate is still there (`set_rate` may have removed it since
+        // the packet waited), so that it never counts a later packet.
+        let waited = std::mem::take(&mut self.root_waited);
         if let Some(g) = root.gate.as_mut() {
             g.stamp(now, meta.len);
-            if std::mem::take(&mut self.root_waited) {
-                root.stats.shaped += 1;
-            }
+            root.stats.shaped += u64::from(waited);
         }
         for d in (0..depth).rev() {
             let step = self.path[d];
@@ -1199,15 +1205,16 @@ impl Scheduler {
         }
     }
 
-    /// Change a node's rate limit (`None` removes it) and burst, at run time. Packets waiting
-    /// at the gate keep their place: they pass when the one in the shaper is released (stamped
-    /// at the new rate, or at once without one), and packets that arrive meanwhile wait behind
-    /// them.
+    /// Change a node's rate limit (`None` removes it) and burst, at run time, from the latest
+    /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: what the gate still owes is
+    /// paid at the new rate). Packets waiting at the gate keep their place: they pass when the
+    /// one in the shaper is released (stamped at the new rate, or at once without one), and
+    /// packets that arrive meanwhile wait behind them.
     pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
         let node = &mut self.nodes[n as usize];
         node.gate = match (node.gate, rate) {
             (Some(mut g), Some(r)) => {
-                g.set_rate(r);
+                g.set_rate(r, self.clock);
                 g.set_burst(burst);
                 Some(g)
             }
@@ -1314,7 +1321,7 @@ impl Scheduler {
         let f = &mut self.flows.flows[id as usize];
         f.gate = match (f.gate, rate) {
             (Some(mut g), Some(r)) => {
-                g.set_rate(r);
+                g.set_rate(r, self.clock);
                 Some(g)
             }
             (None, Some(r)) => Some(Gate::new(r, burst)),

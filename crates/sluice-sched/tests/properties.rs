@@ -1836,3 +1836,62 @@ fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
         }
     }
 }
+
+/// A rate raised at run time holds from then: what the gate owed at the old rate is paid at
+/// the new one. (The packet in the shaper kept the gate for its whole time at the old rate:
+/// the one after it left 480 ms later at 1 Mbit/s raised to 10 Gbit/s.)
+#[test]
+fn a_rate_raised_at_run_time_takes_effect_behind_the_packet_in_the_shaper() {
+    let mut b = TreeBuilder::new(SchedConfig {
+        max_packet: 65536,
+        ..cfg(100)
+    });
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+    let n = b.child(
+        root,
+        NodeSpec::new("n", PolicyKind::Fifo).rate(Rate::mbit(1), 0),
+    );
+    b.default_leaf(n);
+    let mut s = b.build().unwrap();
+    for t in 0..5 {
+        s.enqueue(S, &packet(t, 0, 1, 60_000)).unwrap();
+    }
+    assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+    s.set_rate(n, Some(Rate::gbit(10)), 0);
+    let mut now = S;
+    let mut at = Vec::new();
+    while let Some(t) = s.next_event(now) {
+        now = t.max(now);
+        if let Some(d) = s.dequeue(now) {
+            at.push((d.token, now - S));
+        }
+    }
+    // Token 1 keeps the release it was given (480 ms, 60 000 B at 1 Mbit/s); the others
+    // follow at 10 Gbit/s (48 us apart, to within a shaper slot).
+    assert_eq!(at.len(), 4, "{at:?}");
+    assert_eq!(at[0].0, 1);
+    assert!(at[0].1.abs_diff(480 * MS) < 1024, "{at:?}");
+    for w in at.windows(2) {
+        assert!(w[1].1 - w[0].1 < 48_000 + 1024, "{at:?}");
+    }
+}
+
+/// The root gate counts as shaped only the packets that waited for it, also across its
+/// removal and return at run time.
+#[test]
+fn the_root_counts_as_shaped_only_packets_that_waited_for_it() {
+    let mut b = TreeBuilder::new(cfg(100));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo).rate(Rate::mbit(10), 0));
+    b.default_leaf(root);
+    let mut s = b.build().unwrap();
+    for t in 0..3 {
+        s.enqueue(S, &packet(t, 0, 1, 1500)).unwrap();
+    }
+    assert!(s.dequeue(S).is_some());
+    assert!(s.dequeue(S).is_none(), "waits at the root's gate");
+    s.set_rate(root, None, 0);
+    assert!(s.dequeue(S).is_some(), "the gate is gone");
+    s.set_rate(root, Some(Rate::mbit(10)), 0);
+    assert!(s.dequeue(S + S).is_some(), "long after: no wait");
+    assert_eq!(s.node_stats(root).shaped, 0);
+}
