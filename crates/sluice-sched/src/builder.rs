@@ -181,6 +181,13 @@ impl NodeSpec {
     }
 }
 
+/// Most buckets the queues of all nodes may have together: 2^28, a few GiB of bucket lists
+/// and bitmaps. Bucket arrays are filled when they are built, and Linux grants memory on
+/// request, so without a bound a file asking for 2^24 buckets on each of hundreds of nodes
+/// ran the machine out of memory instead of failing to build. `auto` gives a node at most
+/// 65 536 buckets (LQF's lengths): 4096 such nodes fit, or 65 535 nodes of EDF's 4096.
+pub const MAX_TREE_BUCKETS: usize = 1 << 28;
+
 /// Why a tree cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
@@ -253,6 +260,17 @@ pub enum BuildError {
     /// minimum behind what it holds).
     #[error("shaper: `{0}` {why}", why = shaper_misfit(*.0))]
     ShaperKind(QueueKind),
+    /// The nodes' queues up to `node` have more buckets in all than [`MAX_TREE_BUCKETS`].
+    #[error(
+        "node `{node}`: the queues up to it have {buckets} buckets in all, more than the \
+         {MAX_TREE_BUCKETS} supported"
+    )]
+    TooManyBuckets {
+        /// The node whose queue crossed the bound.
+        node: String,
+        /// The buckets counted so far.
+        buckets: usize,
+    },
     /// The packet, flow or record tables cannot be reserved.
     #[error("cannot reserve memory for {0} packets and flows; lower `capacity` or `flows`")]
     OutOfMemory(usize),
@@ -449,6 +467,7 @@ impl TreeBuilder {
         }
 
         let mut nodes = Vec::with_capacity(n);
+        let mut buckets = 0usize;
         for (i, (spec, parent)) in self.specs.iter().enumerate() {
             let leaf = children[i].is_empty();
             let kind = spec.policy;
@@ -518,11 +537,15 @@ impl TreeBuilder {
                         node: spec.name.clone(),
                     });
                 }
-                // Build once here so that a bad queue is a build error, not a later panic.
-                qs.build::<u32>().map_err(|source| BuildError::Queue {
-                    node: spec.name.clone(),
-                    source,
-                })?;
+                if !qs.kind.exact() {
+                    buckets = buckets.saturating_add(qs.buckets);
+                    if buckets > MAX_TREE_BUCKETS {
+                        return Err(BuildError::TooManyBuckets {
+                            node: spec.name.clone(),
+                            buckets,
+                        });
+                    }
+                }
                 if matches!(shape, RankShape::Moving { .. })
                     && !qs.kind.moving_range()
                     && !qs.kind.exact()
@@ -549,6 +572,16 @@ impl TreeBuilder {
                 member_cfg,
                 flow_rate: spec.flow_rate.map(|r| (r, spec.flow_burst)),
             });
+        }
+        // Build each queue once here, once all are known to fit together ([`MAX_TREE_BUCKETS`]),
+        // so that a bad queue is a build error, not a later panic.
+        for node in &nodes {
+            for qs in &node.queues {
+                qs.build::<u32>().map_err(|source| BuildError::Queue {
+                    node: node.name.clone(),
+                    source,
+                })?;
+            }
         }
         let s = self.cfg.shaper;
         if s.kind != QueueKind::TimingWheel && !s.kind.exact() {

@@ -1038,6 +1038,13 @@ impl Ctx<'_> {
                 e.to_string(),
                 format!("at most {MAX_DEPTH} levels from the root down to a leaf"),
             ),
+            BuildError::TooManyBuckets { node: ref n, .. } => self.err(
+                node(n).map_or(whole_file, |d| {
+                    d.queue_span.clone().unwrap_or(d.policy_span.clone())
+                }),
+                e.to_string(),
+                "fewer `buckets` on the nodes' queues, or `queue = \"auto\"`",
+            ),
             BuildError::Queue { node: ref n, .. }
             | BuildError::QueueRange { node: ref n, .. }
             | BuildError::NodeWheel { node: ref n } => {
@@ -2051,6 +2058,23 @@ queue = "binary_heap"
     }
 
     #[test]
+    fn queues_too_big_together_are_refused_before_any_is_built() {
+        let big = "queue = { kind = \"ffs\", buckets = 16777216 }";
+        let mut text = format!("[[node]]\nname = \"root\"\npolicy = \"fifo\"\n{big}\n");
+        for i in 0..16 {
+            text += &format!(
+                "[[node]]\nname = \"l{i}\"\nparent = \"root\"\npolicy = \"fifo\"\n{big}\n"
+            );
+        }
+        // Node 17 (`l15`) crosses 2^28 buckets; its `queue` is on line 4 + 5 * 16.
+        fails(
+            &text,
+            84,
+            &["node `l15`", "285212672 buckets", "fewer `buckets`"],
+        );
+    }
+
+    #[test]
     fn flow_keys_only_on_leaves() {
         for key in [
             "flow_rate = \"1Mbit\"",
@@ -2132,7 +2156,8 @@ queue = "binary_heap"
     fn queues_the_builder_rejects_point_at_the_queue() {
         let text = tree_with(
             "queue = { kind = \"hffs\", buckets = 16, granularity = 9223372036854775807 }",
-        );
+        )
+        .replacen("wfq", "prio", 1);
         fails(
             &text,
             4,
