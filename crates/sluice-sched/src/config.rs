@@ -1622,6 +1622,28 @@ queue = "binary_heap"
     }
 
     #[test]
+    fn many_rules_are_checked_against_the_4096_before_each() {
+        // Every pair took 32 s for 40 000 rules; now each rule meets at most 4096 others.
+        let mut rules = String::new();
+        for c in 0..5000 {
+            rules += &format!("[[classify]]\nto = \"gold\"\nclass = {c}\n");
+        }
+        // Rule 5001 repeats rule 4999 (within reach), rule 5002 repeats rule 1 (not).
+        rules += "[[classify]]\nto = \"gold\"\nclass = 4998\n";
+        rules += "[[classify]]\nto = \"gold\"\nclass = 0\n";
+        let d = build_str(&(tree_with("") + &rules), "t.toml")
+            .unwrap()
+            .describe();
+        assert!(
+            d.contains("note: rule 5001 is never reached: rule 4999 before it"),
+            "{}",
+            &d[d.len() - 600..]
+        );
+        assert!(!d.contains("rule 5002 is never"));
+        assert!(d.contains("against the 4096 rules before it only"));
+    }
+
+    #[test]
     fn nodes_may_come_in_any_order() {
         let forward = tree_with("");
         let backward = "[[node]]\nname = \"bronze\"\nparent = \"root\"\npolicy = \"fifo\"\n\
