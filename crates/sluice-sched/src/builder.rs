@@ -287,6 +287,8 @@ pub(crate) struct NodePlan {
     pub dual: bool,
     pub policy: crate::policy::AnyPolicy,
     pub queues: Vec<QueueSpec>,
+    /// The rank units each queue's ranks spread over (the policy's rank shape).
+    pub spans: Vec<u64>,
     pub gate: Option<crate::gate::Gate>,
     pub member_cfg: Vec<MemberCfg>,
     pub flow_rate: Option<(Rate, u64)>,
@@ -513,6 +515,7 @@ impl TreeBuilder {
             };
             let queue_count = if policy.dual() { 2 } else { 1 };
             let mut queues = Vec::with_capacity(queue_count);
+            let mut spans = Vec::with_capacity(queue_count);
             for which in 0..queue_count {
                 let shape = policy.shape(&cx, which);
                 // An internal node's reservation queue (hClock, HTB) under `auto` is exact: its
@@ -557,6 +560,7 @@ impl TreeBuilder {
                     });
                 }
                 queues.push(qs);
+                spans.push(shape.span());
             }
             nodes.push(NodePlan {
                 name: spec.name.clone(),
@@ -568,6 +572,7 @@ impl TreeBuilder {
                 dual: policy.dual(),
                 policy,
                 queues,
+                spans,
                 gate: spec.rate.map(|r| crate::gate::Gate::new(r, spec.burst)),
                 member_cfg,
                 flow_rate: spec.flow_rate.map(|r| (r, spec.flow_burst)),
@@ -643,6 +648,7 @@ impl TreeBuilder {
                     queues,
                     first_seen: 0,
                     queue_specs: p.queues,
+                    rank_spans: p.spans,
                     gate: p.gate,
                     line: Default::default(),
                     member_cfg: p.member_cfg,
@@ -709,12 +715,17 @@ pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) ->
             granularity,
         } => (kind, buckets, granularity),
     };
+    let approx = matches!(kind, QueueKind::CircularApprox | QueueKind::ApproxGradient);
+    let approx_window = Window::for_alpha(16).map_or(1, |w| w.buckets()) as u64;
     let (default_buckets, span) = match shape {
+        // An approximate queue holds at most its window of buckets, whatever the shape.
+        RankShape::Levels(l) if approx => (l.min(approx_window), l),
+        RankShape::Fixed { max } if approx => (max.min(approx_window), max),
         RankShape::Levels(l) => (l, l),
         RankShape::Fixed { max } => (max.min(FIXED_BUCKETS), max),
         RankShape::Moving { span, dense } => {
-            let window = if matches!(kind, QueueKind::CircularApprox | QueueKind::ApproxGradient) {
-                Window::for_alpha(16).map_or(1, |w| w.buckets()) as u64
+            let window = if approx {
+                approx_window
             } else if dense && span <= DENSE_EXACT {
                 span
             } else {

@@ -1622,6 +1622,58 @@ queue = "binary_heap"
     }
 
     #[test]
+    fn a_queue_narrower_than_its_ranks_is_noted() {
+        // prio on 4 buckets: priorities 4..=255 pile into the last one, in arrival order.
+        let prio = "[[node]]\nname = \"root\"\npolicy = \"prio\"\n\
+                    queue = { kind = \"ffs\", buckets = 4, granularity = 1 }\n";
+        let d = build_str(prio, "t.toml").unwrap().describe();
+        assert!(
+            d.contains(
+                "node `root`: its queue `ffs` covers 4 rank units and policy `prio` ranks over 256"
+            ),
+            "{d}"
+        );
+        // wfq on a moving range of single units: its virtual times pass it at once.
+        let wfq = tree_with("queue = { kind = \"cffs\", granularity = 1 }");
+        let d = build_str(&wfq, "t.toml").unwrap().describe();
+        assert!(
+            d.contains("its queue `cffs` covers") && d.contains("`wfq` ranks over"),
+            "{d}"
+        );
+        // Coarse buckets for prio: as many levels per bucket as there are, no more.
+        let coarse = prio.replace(
+            "buckets = 4, granularity = 1",
+            "buckets = 4, granularity = 1024",
+        );
+        let d = build_str(&coarse, "t.toml").unwrap().describe();
+        assert!(d.contains("holds 256 priority levels per bucket"), "{d}");
+        assert!(!d.contains("covers"), "{d}");
+        // `auto` never is.
+        for policy in ["prio", "wfq", "lqf", "edf", "drr", "hclock", "htb"] {
+            let d = build_str(&tree_with("").replacen("wfq", policy, 1), "t.toml")
+                .unwrap()
+                .describe();
+            assert!(!d.contains("covers"), "{policy}: {d}");
+        }
+    }
+
+    #[test]
+    fn approximate_queues_are_sized_to_their_window_for_fixed_ranges_too() {
+        // They were sized for the range (65 536 buckets for lqf) and refused as too many.
+        for (policy, kind) in [
+            ("lqf", "approx_gradient"),
+            ("lqf", "circular_approx"),
+            ("pfabric", "approx_gradient"),
+            ("prio", "circular_approx"),
+        ] {
+            let text =
+                format!("[[node]]\nname = \"root\"\npolicy = \"{policy}\"\nqueue = \"{kind}\"\n");
+            let d = build_str(&text, "t.toml").unwrap_or_else(|e| panic!("{policy} {kind}: {e}"));
+            assert!(!d.describe().contains("covers"), "{policy} {kind}");
+        }
+    }
+
+    #[test]
     fn many_rules_are_checked_against_the_4096_before_each() {
         // Every pair took 32 s for 40 000 rules; now each rule meets at most 4096 others.
         let mut rules = String::new();

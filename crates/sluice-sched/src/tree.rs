@@ -306,6 +306,8 @@ pub(crate) struct Node {
     pub first_seen: Rank,
     /// What each queue was built from.
     pub queue_specs: Vec<QueueSpec>,
+    /// The rank units each queue's ranks spread over.
+    pub rank_spans: Vec<u64>,
     /// This node's rate limit.
     pub gate: Option<Gate>,
     /// Packets waiting at the gate.
@@ -1456,8 +1458,26 @@ impl Scheduler {
                     out,
                     "note: node `{}`: its queue holds {} priority levels per bucket, and those \
                      leave in arrival order",
-                    n.name, q.granularity
+                    n.name,
+                    q.granularity.min(n.rank_spans[0])
                 );
+            }
+            // A queue (sized in the file) narrower than its ranks: those beyond its range
+            // are filed at its edge, where their order is lost.
+            for (q, &span) in n.queue_specs.iter().zip(&n.rank_spans) {
+                let covers = (q.buckets as u64).saturating_mul(q.granularity);
+                if !q.kind.exact() && covers < span {
+                    let _ = writeln!(
+                        out,
+                        "note: node `{}`: its queue `{}` covers {covers} rank units and policy \
+                         `{}` ranks over {span}: ranks beyond it are filed at its edge, out of \
+                         order (counted as `ranks_clamped`); more `buckets` or `granularity`, \
+                         or `queue = \"auto\"`",
+                        n.name,
+                        q.kind,
+                        n.policy.name()
+                    );
+                }
             }
             // A reservation above the node's own limit: the limit wins.
             let Some(p) = n.parent else { continue };

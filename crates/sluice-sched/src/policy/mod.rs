@@ -170,6 +170,17 @@ pub enum RankShape {
     },
 }
 
+impl RankShape {
+    /// The rank units its ranks spread over: the levels, the range, or the span ahead.
+    pub fn span(self) -> u64 {
+        match self {
+            RankShape::Levels(l) => l,
+            RankShape::Fixed { max } => max,
+            RankShape::Moving { span, .. } => span,
+        }
+    }
+}
+
 /// What a policy may know to describe its ranks.
 #[derive(Clone, Copy, Debug)]
 pub struct ShapeCx {
