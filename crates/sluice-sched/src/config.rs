@@ -420,7 +420,12 @@ impl Ctx<'_> {
             expected = "each key at most once in a table".into();
         }
         if what == "invalid type: map" && expected == "a sequence" {
-            what = format!("`{}` is a single table", self.snippet(span.clone()));
+            // On one line and short: an inline table may span lines (TOML 1.1) and be long.
+            let text = self
+                .snippet(span.clone())
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            what = format!("`{}` is a single table", shorten(&text.join(" ")));
         }
         for (serde_name, ours) in [
             (
@@ -1671,6 +1676,15 @@ queue = "binary_heap"
             let d = build_str(&text, "t.toml").unwrap_or_else(|e| panic!("{policy} {kind}: {e}"));
             assert!(!d.describe().contains("covers"), "{policy} {kind}");
         }
+    }
+
+    #[test]
+    fn an_error_quoting_a_long_inline_table_stays_on_one_short_line() {
+        let fields: String = (0..50).map(|i| format!("  k{i} = {i},\n")).collect();
+        let text = format!("node = {{\n  name = \"root\",\n{fields}}}\n");
+        let e = error(&text);
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.len() < 400 && e.contains("is a single table"), "{e}");
     }
 
     #[test]
