@@ -543,10 +543,16 @@ impl Ctx<'_> {
             (Some(v), _) | (None, Some(v)) => v.span(),
             (None, None) => raw.span(),
         };
+        // Say so when the file left the horizon at its default.
+        let a = if s.horizon.is_some() {
+            "a"
+        } else {
+            "the default"
+        };
         if horizon < slot {
             return Err(self.err(
                 span,
-                format!("a {horizon} ns `horizon` is shorter than one {slot} ns `slot`"),
+                format!("{a} {horizon} ns `horizon` is shorter than one {slot} ns `slot`"),
                 "a `horizon` of at least one `slot` (the wheel holds horizon / slot slots)",
             ));
         }
@@ -554,7 +560,7 @@ impl Ctx<'_> {
         if slots > MAX_BUCKETS {
             return Err(self.err(
                 span,
-                format!("a {horizon} ns `horizon` in {slot} ns `slot`s is {slots} slots"),
+                format!("{a} {horizon} ns `horizon` in {slot} ns `slot`s is {slots} slots"),
                 format!(
                     "at most {MAX_BUCKETS} slots (2^24): a longer `slot` or a shorter `horizon`"
                 ),
@@ -724,7 +730,7 @@ impl Ctx<'_> {
     }
 
     fn queue(&self, q: &Spanned<RawQueue>) -> Result<QueueChoice, PolicyError> {
-        let kind_expected = || format!("\"auto\" or a queue kind: {}", queue_kinds());
+        let kind_expected = || format!("\"auto\" or a queue kind: {}", node_queue_kinds());
         match q.get_ref() {
             RawQueue::Name(name) if name == "auto" => Ok(QueueChoice::Auto),
             RawQueue::Name(name) => match name.parse::<QueueKind>() {
@@ -747,10 +753,10 @@ impl Ctx<'_> {
                     return Err(self.err(
                         q.span(),
                         "the `queue` table has no `kind`",
-                        format!("`kind = \"...\"`, a queue kind: {}", queue_kinds()),
+                        format!("`kind = \"...\"`, a queue kind: {}", node_queue_kinds()),
                     ));
                 };
-                let expected = format!("a queue kind: {}", queue_kinds());
+                let expected = format!("a queue kind: {}", node_queue_kinds());
                 let kind = self
                     .string("kind", kind_v, &expected)?
                     .parse::<QueueKind>()
@@ -1414,6 +1420,16 @@ fn queue_kinds() -> String {
     names.join(", ")
 }
 
+/// The kinds a node may use: all but the shaper's timing wheel.
+fn node_queue_kinds() -> String {
+    let names: Vec<&str> = QueueKind::ALL
+        .iter()
+        .filter(|&&k| k != QueueKind::TimingWheel)
+        .map(|k| k.name())
+        .collect();
+    names.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1954,6 +1970,15 @@ queue = "binary_heap"
     }
 
     #[test]
+    fn a_slot_too_fine_for_the_default_horizon_says_the_horizon_is_the_default() {
+        fails(
+            "[shaper]\nslot = \"1ns\"\n",
+            2,
+            &["the default 1073741824 ns `horizon`", "a shorter `horizon`"],
+        );
+    }
+
+    #[test]
     fn a_horizon_shorter_than_a_slot_is_refused() {
         fails(
             "[shaper]\nslot = \"1s\"\nhorizon = \"1ns\"\n",
@@ -2103,6 +2128,8 @@ queue = "binary_heap"
             4,
             &["`queue` = \"cfs\"", "cffs", "auto"],
         );
+        // A node's list leaves out the shaper's wheel, which it would refuse.
+        assert!(!error(&tree_with("queue = \"cfs\"")).contains("timing_wheel"));
         fails(
             &tree_with("queue = { kind = \"cfs\" }"),
             4,
