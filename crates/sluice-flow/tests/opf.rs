@@ -290,8 +290,9 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     assert!(!rx.is_paused(FLOW, t0 + opf.pause_ns()));
     assert!(rx.apply_rate(&mut sched, leaf, FLOW));
     assert!(sched.flow_next_release(leaf, FLOW).is_some());
-    // Packets that come while the limit holds wait at the flow's gate, which paces
-    // departures: behind packet 1, still queued past it, none of them in the shaper yet.
+    // Packets that come while the limit holds: the first passes its gate (due at once);
+    // the others wait at it, behind the two of the flow's packets past it (1 and 2), none of
+    // them in the shaper yet.
     let at = |token| Packet { token, ..pkt };
     for token in 2..5 {
         sched.enqueue(t0, &at(token)).unwrap();

@@ -90,8 +90,8 @@ pub(crate) struct Flow {
     pub head: u32,
     pub tail: u32,
     /// The first packet of the FIFO still waiting at the gate (`NIL`: none), and those after
-    /// it behind it. While `passed` is 0 it is in the shaper (as this flow) until the gate
-    /// lets it through; otherwise it waits for the flow's packets past the gate to leave.
+    /// it behind it. It is in the shaper (as this flow) when `parked`, the gate's packet in
+    /// flight; otherwise it waits for one of the flow's packets past the gate to leave.
     pub gate_next: u32,
     /// Packets of this flow anywhere in the scheduler.
     pub queued: u32,
@@ -102,8 +102,10 @@ pub(crate) struct Flow {
     pub leaf: u16,
     /// Bit k set: `slots[k]` holds a queued packet.
     pub slots_used: u8,
-    /// Packets past the gate (at the leaf or above) that have not left yet. A gated flow lets
-    /// its next packet through only when this is 0 (see `Scheduler::admit`).
+    /// `gate_next` is in the shaper.
+    pub parked: bool,
+    /// Packets past the gate (at the leaf or above) that have not left yet (`PAST_GATE` in
+    /// the tree bounds them).
     pub passed: u32,
     /// Idle list links (valid while `queued == 0`).
     idle_prev: u32,
@@ -230,6 +232,7 @@ impl FlowTable {
             gate: gate(),
             gate_next: NIL,
             slots_used: 0,
+            parked: false,
             passed: 0,
             idle_prev: NIL,
             idle_next: NIL,

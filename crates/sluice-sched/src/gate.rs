@@ -9,10 +9,6 @@
 //! multiplication by the rate's reciprocal, rounded up ([`Rate::tx_time_fp_of`]): the rate is
 //! exact to 2^-32 ns per 1500-byte packet from 6 kbit/s up to 2^63 bit/s, and never exceeded.
 //!
-//! A node's gate stamps packets as they arrive, Carousel's timestamping. A flow's gate stamps
-//! them as they leave the scheduler instead (`Scheduler::admit`), as Linux fq paces: the
-//! start is then the departure, and the flow's next packet may go at the new LTS.
-//!
 //! A packet on a path through several gates (a flow's pacing rate, its leaf's limit, a parent's
 //! limit) visits them one after the other, each stamping from the time the previous released it;
 //! it leaves no earlier than the latest of their times, Carousel's "maximum over the policies".
@@ -115,6 +111,16 @@ impl Gate {
         self.set_lts(start + self.rate.tx_time_fp_of(len, self.per_byte));
         // Saturated: within a packet's time of u64::MAX ns, a wrapped stamp lay in the past
         // and the gate let a burst through.
+        u64::try_from(start >> 32).unwrap_or(u64::MAX)
+    }
+
+    /// The release time the last packet of `len` bytes stamped was given (`stamp`'s result),
+    /// as long as nothing was stamped since; changed by a rate change since, as the gate's
+    /// debt is ([`Gate::set_rate`]).
+    pub fn last_start(&self, len: u32) -> u64 {
+        let start = self
+            .lts()
+            .saturating_sub(self.rate.tx_time_fp_of(len, self.per_byte));
         u64::try_from(start >> 32).unwrap_or(u64::MAX)
     }
 

@@ -20,7 +20,7 @@ use crate::classify::Classifier;
 use crate::gate::Gate;
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
-use crate::tree::{Dequeued, NodeId, RejectReason};
+use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
 use crate::units::Rate;
 use sluice_queue::Rank;
 use sluice_queue::oracle::{KeyModel, Oracle, key_model};
@@ -43,8 +43,8 @@ struct OFlow {
     member: OMember,
     gate: Option<Gate>,
     line: Line<u32>,
-    /// Packets past its gate that have not left: a gate lets the next one through only
-    /// when none is (it paces departures).
+    /// Packets past its gate that have not left: a gate stamps its next one only while
+    /// fewer than [`PAST_GATE`] are.
     passed: u32,
 }
 
@@ -80,7 +80,7 @@ struct ONode {
     flow_rate: Option<(Rate, u64)>,
 }
 
-/// What waits in the shaper: a flow's packet (its time is its gate's `next_free`), or a
+/// What waits in the shaper: a flow's packet (its time is its gate's `last_start`), or a
 /// node's packet and its release time.
 #[derive(Clone, Copy)]
 enum Wait {
@@ -261,18 +261,8 @@ impl OracleTree {
         if self.nodes[leaf as usize].mode == Mode::PerMember {
             self.flows[id as usize].fifo.push_back(meta);
         }
-        let f = &mut self.flows[id as usize];
-        let busy = f.line.in_flight || !f.line.waiting.is_empty();
-        match f.gate {
-            _ if busy => f.line.waiting.push_back(pkt),
-            None => self.pass_flow_gate(pkt, now),
-            Some(_) if f.passed > 0 => f.line.waiting.push_back(pkt),
-            Some(g) if g.next_free() <= now => self.pass_flow_gate(pkt, now),
-            Some(g) => {
-                f.line.in_flight = true;
-                self.wait(g.next_free(), now, Wait::Flow(pkt));
-            }
-        }
+        self.flows[id as usize].line.waiting.push_back(pkt);
+        self.admit(id, now);
         Ok(())
     }
 
@@ -282,9 +272,9 @@ impl OracleTree {
         self.enter_leaf(pkt, now);
     }
 
-    /// A flow's gate paces departures: its waiting packets go through one at a time, each
-    /// once the packets before it that passed have left and the gate is free (all of them at
-    /// once if it has no gate).
+    /// A flow's waiting packets, in order, are stamped by its gate while fewer than
+    /// [`PAST_GATE`] of its packets are past it and none is in the shaper: those due go
+    /// through, the first not due waits in the shaper (all of them go if it has no gate).
     fn admit(&mut self, flow: u32, now: u64) {
         loop {
             let f = &mut self.flows[flow as usize];
@@ -294,10 +284,10 @@ impl OracleTree {
             let Some(&pkt) = f.line.waiting.front() else {
                 return;
             };
-            let t = match f.gate {
+            let t = match f.gate.as_mut() {
                 None => now,
-                Some(_) if f.passed > 0 => return,
-                Some(g) => g.next_free(),
+                Some(_) if f.passed >= PAST_GATE => return,
+                Some(g) => g.stamp(now, self.packets[pkt as usize].len),
             };
             f.line.waiting.pop_front();
             if t > now {
@@ -405,8 +395,10 @@ impl OracleTree {
             let w = self.waits[e.item as usize];
             let at = match w {
                 Wait::Flow(pkt) => {
-                    let flow = self.packets[pkt as usize].flow;
-                    self.flows[flow as usize].gate.map_or(0, |g| g.next_free())
+                    let p = self.packets[pkt as usize];
+                    self.flows[p.flow as usize]
+                        .gate
+                        .map_or(0, |g| g.last_start(p.len))
                 }
                 Wait::Node(_, _, at) => at,
             };
@@ -525,9 +517,6 @@ impl OracleTree {
         let f = &mut self.flows[meta.flow as usize];
         f.queued -= 1;
         f.passed -= 1;
-        if let Some(g) = f.gate.as_mut() {
-            g.stamp(now, meta.len);
-        }
         if f.queued == 0 {
             self.idle.push_back(meta.flow);
         }

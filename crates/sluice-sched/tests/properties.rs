@@ -917,20 +917,15 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
             ..ShaperConfig::default()
         };
         let mut s = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
-        // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms. The first packet's
-        // departure puts the gate 12 ms ahead: the second, accepted before, is clamped.
+        // 1500 B at 1 Mbit/s = 12 ms apart; the horizon is about 1 ms.
         s.enqueue(S, &packet(0, 0, 1, 1500)).unwrap();
-        s.enqueue(S, &packet(1, 0, 1, 1500)).unwrap();
-        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
-        assert_eq!(s.stats().clamped, 1);
-        // A third one finds the gate beyond the horizon.
-        let third = s.enqueue(S, &packet(2, 0, 1, 1500));
+        let second = s.enqueue(S, &packet(1, 0, 1, 1500));
         if reject {
-            assert_eq!(third.unwrap_err().reason, RejectReason::BeyondHorizon);
+            assert_eq!(second.unwrap_err().reason, RejectReason::BeyondHorizon);
             assert_eq!(s.len(), 1);
         } else {
-            assert!(third.is_ok());
-            assert_eq!(s.len(), 2);
+            assert!(second.is_ok());
+            assert!(s.stats().clamped >= 1);
         }
     }
 }
@@ -1105,8 +1100,6 @@ fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
         for token in 0..3 {
             s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
         }
-        assert_eq!(s.shaped(), 0, "{policy:?}: the second waits for the first");
-        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0), "{policy:?}");
         assert_eq!(
             s.shaped(),
             1,
@@ -1114,7 +1107,7 @@ fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
         );
         assert!(s.set_flow_rate(leaf, 7, None));
         s.enqueue(S, &packet(3, 0, 7, 1500)).unwrap();
-        assert_eq!(drain(&mut s, S), [1, 2, 3], "{policy:?}");
+        assert_eq!(drain(&mut s, S), [0, 1, 2, 3], "{policy:?}");
         s.check();
         // Without a gate and without a line, packets pass at once.
         s.enqueue(S + S, &packet(4, 0, 7, 1500)).unwrap();
@@ -1717,10 +1710,10 @@ fn fq_serves_a_new_flow_first_with_a_tiny_quantum_too() {
     assert_eq!(s.dequeue(5000).map(|d| d.flow), Some(99));
 }
 
-/// A flow's pacing rate is a maximum on the wire, as in Linux fq, which paces at dequeue: a
-/// paced flow that fair queuing held below its rate does not make up for it once the others
-/// stop. (Its gate used to stamp arrivals: held back at its leaf, the flow kept passing its
-/// gate at its rate, and the packets it had passed, then every new one, left at the link's
+/// A flow's pacing rate holds on the wire, to within a few packets: a paced flow that fair
+/// queuing held below its rate does not make up for it once the others stop. (Held back at
+/// its leaf, it used to keep passing its gate at its rate; once the others stopped, the 20
+/// packets it had passed, then each new one, as its gate's stamps lagged, left at the link's
 /// rate, twice its pacing rate here.)
 #[test]
 fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
@@ -1766,13 +1759,14 @@ fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
             }
         }
         assert!(mine.len() > 100, "{policy:?}: {} packets", mine.len());
-        // Within any stretch of its departures: one packet plus the rate over the stretch's
-        // length (and a shaper slot of rounding), never more.
+        // Within any stretch of its departures: the rate over the stretch's length (and a
+        // shaper slot of rounding), and three packets: the two past its gate and the one
+        // stamped when the first leaves (`PAST_GATE`), never more.
         for i in 0..mine.len() {
             let mut bytes = 0;
             for &(at, len) in &mine[i..] {
                 bytes += len;
-                let allowed = 1500 + pace.bytes_in(at - mine[i].0 + 1024);
+                let allowed = 3 * 1500 + pace.bytes_in(at - mine[i].0 + 1024);
                 assert!(
                     bytes <= allowed,
                     "{policy:?}: {bytes} B in {} us from {} ms, allowed {allowed}",
