@@ -413,8 +413,14 @@ impl Ctx<'_> {
             what = format!("unknown key {}", shorten(key));
             expected = format!("a known key here: {expected}");
         } else if what.starts_with("invalid type: integer") && what.contains("i128") {
-            what = "an integer too large".into();
-            expected = "an integer below 2^63".into();
+            // toml reads integers beyond i64 as i128, on either side of zero.
+            let negative = self.snippet(span.clone()).trim_start().starts_with('-');
+            what = if negative {
+                "an integer too far below zero".into()
+            } else {
+                "an integer too large".into()
+            };
+            expected = "an integer from -2^63 to below 2^63".into();
         } else if what == "duplicate key" {
             what = format!("duplicate key `{}`", shorten(self.snippet(span.clone())));
             expected = "each key at most once in a table".into();
@@ -1909,6 +1915,11 @@ queue = "binary_heap"
             "[scheduler]\ncapacity = 99999999999999999999\n",
             2,
             &["an integer too large", "below 2^63"],
+        );
+        fails(
+            "[scheduler]\ncapacity = -99999999999999999999\n",
+            2,
+            &["an integer too far below zero", "from -2^63"],
         );
         // Echoes stay short; floats show as floats.
         let long = format!("[scheduler]\n{} = 1\n", "k".repeat(3000));
