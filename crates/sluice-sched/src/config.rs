@@ -201,8 +201,10 @@ fn not_utf8(file: &str, bytes: &[u8], at: usize) -> PolicyError {
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(0, |i| i + 1);
-    // Characters, not bytes, as the other errors count columns (the prefix is valid UTF-8).
+    // Characters, not bytes, as the other errors count columns (the prefix is valid UTF-8),
+    // and without a byte-order mark, as they are counted once it is stripped.
     let col = String::from_utf8_lossy(&before[line_start..])
+        .trim_start_matches('\u{feff}')
         .chars()
         .count()
         + 1;
@@ -1951,6 +1953,16 @@ queue = "binary_heap"
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
+        // A byte-order mark is not a column (the other errors count without it).
+        std::fs::write(&path, b"\xef\xbb\xbfx\xff").unwrap();
+        let bom = compile_file(&path)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            bom.contains("p.toml:1:2: bytes that are not UTF-8"),
+            "{bom}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
         let zero = compile_file(Path::new("/dev/zero"))
             .err()
