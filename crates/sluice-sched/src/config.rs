@@ -537,6 +537,17 @@ impl Ctx<'_> {
             return Ok(cfg);
         };
         let s = raw.get_ref();
+        if let Some(v) = &s.queue {
+            let expected = format!("a queue kind: {}", queue_kinds());
+            let name = self.string("queue", v, &expected)?;
+            cfg.kind = name.parse().map_err(|_| {
+                self.err(
+                    v.span(),
+                    format!("`queue` = {} is not a queue kind", show(v.get_ref())),
+                    expected.clone(),
+                )
+            })?;
+        }
         let default_horizon = cfg.horizon_ns();
         let slot = match &s.slot {
             Some(v) => self.duration("slot", v, 1)?,
@@ -565,6 +576,12 @@ impl Ctx<'_> {
             ));
         }
         let slots = horizon.div_ceil(slot);
+        // An exact structure has no slots: any `slot` and `horizon` will do.
+        let slots = if cfg.kind.exact() {
+            slots.min(MAX_BUCKETS)
+        } else {
+            slots
+        };
         if slots > MAX_BUCKETS {
             return Err(self.err(
                 span,
@@ -589,17 +606,6 @@ impl Ctx<'_> {
                     ));
                 }
             };
-        }
-        if let Some(v) = &s.queue {
-            let expected = format!("a queue kind: {}", queue_kinds());
-            let name = self.string("queue", v, &expected)?;
-            cfg.kind = name.parse().map_err(|_| {
-                self.err(
-                    v.span(),
-                    format!("`queue` = {} is not a queue kind", show(v.get_ref())),
-                    expected.clone(),
-                )
-            })?;
         }
         Ok(cfg)
     }
@@ -1990,6 +1996,15 @@ queue = "binary_heap"
             let text = format!("[[node]]\nname = \"{good}\"\npolicy = \"fifo\"\n");
             assert!(compile_str(&text, "t.toml").is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn an_exact_shaper_takes_any_slot_and_horizon() {
+        let c = build_str(
+            "[shaper]\nqueue = \"binary_heap\"\nslot = \"1ns\"\nhorizon = \"10s\"\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n",
+            "t.toml",
+        );
+        assert!(c.is_ok(), "{:?}", c.err().map(|e| e.to_string()));
     }
 
     #[test]
