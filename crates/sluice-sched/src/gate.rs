@@ -61,11 +61,16 @@ impl Gate {
         self.burst_bytes
     }
 
-    /// Change the rate from `now` on. What the gate still owes at `now` (its last timestamp
-    /// ahead of `now`: the packets it stamped that have not had their time yet) is owed in
-    /// bytes, and paid at the new rate. (Kept as a time, a packet in flight at a low rate
-    /// held the gate for its whole time at that rate after a raise: 7 s for 9000 B at 10
-    /// kbit/s raised to 10 Gbit/s.) Release times already given keep their place.
+    /// Change the rate from `now` on. Raised, what the gate still owes at `now` (its last
+    /// timestamp ahead of `now`: the packets it stamped that have not had their time yet) is
+    /// owed in bytes, and paid at the new rate. (Kept as a time, a packet in flight at a low
+    /// rate held the gate for its whole time at that rate after a raise: 7 s for 9000 B at 10
+    /// kbit/s raised to 10 Gbit/s.) Lowered, the gate keeps its last timestamp, and only what
+    /// it stamps from then on pays the new rate: `now` may lag the host's clock by as long as
+    /// the host slept waiting for the gate, and a debt counted from then and stretched at
+    /// each lowering took 3% off a 200 Mbit/s limit that two daemon engines share, whose
+    /// allocator moves their rates up and down. (Raised, the same lag errs by at most that
+    /// time, towards the new rate.) Release times already given keep their place.
     pub fn set_rate(&mut self, rate: Rate, now: u64) {
         // Hosts pass a flow's pacing rate with every packet: only a change costs a division.
         if rate == self.rate {
@@ -73,7 +78,7 @@ impl Gate {
         }
         let now_fp = u128::from(now) << 32;
         let lts = self.lts();
-        if lts > now_fp {
+        if lts > now_fp && rate > self.rate {
             // owed * old / new, in two steps that cannot overflow below a saturated result.
             let (owed, old, new) = (
                 lts - now_fp,
@@ -196,18 +201,21 @@ mod tests {
         // At 480 ms half is paid: 60 000 B owed, 48 us at 10 Gbit/s.
         g.set_rate(Rate::gbit(10), 480_000_000);
         assert_eq!(g.next_free(), 480_048_000);
-        // And back: 48 us owed at 10 Gbit/s is 480 ms at 1 Mbit/s.
+        // Lowered, it keeps what it owes as a time; what comes next pays the new rate.
         g.set_rate(Rate::mbit(1), 480_000_000);
-        assert_eq!(g.next_free(), 960_000_000);
+        assert_eq!(g.next_free(), 480_048_000);
+        assert_eq!(g.stamp(480_000_000, 1500), 480_048_000);
+        assert_eq!(g.next_free(), 480_048_000 + 12_000_000);
         // Nothing owed: nothing changes but the rate.
         g.set_rate(Rate::gbit(1), 2_000_000_000);
-        assert_eq!(g.next_free(), 960_000_000);
+        assert_eq!(g.next_free(), 492_048_000);
         assert_eq!(g.stamp(2_000_000_000, 1500), 2_000_000_000);
-        // The extremes saturate instead of wrapping.
-        let mut g = Gate::new(Rate::from_bps(1 << 62).unwrap(), 0);
+        // The extremes: 4 GiB owed at 1 bit/s (beyond the end of time) is 8 ns at 2^62.
+        let mut g = Gate::new(Rate::from_bps(1).unwrap(), 0);
         g.stamp(u64::MAX / 2, u32::MAX);
-        g.set_rate(Rate::from_bps(1).unwrap(), 0);
         assert_eq!(g.next_free(), u64::MAX);
+        g.set_rate(Rate::from_bps(1 << 62).unwrap(), u64::MAX / 2);
+        assert_eq!(g.next_free(), u64::MAX / 2 + 7);
     }
 
     #[test]

@@ -1225,8 +1225,8 @@ impl Scheduler {
     }
 
     /// Change a node's rate limit (`None` removes it) and burst, at run time, from the latest
-    /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: what the gate still owes is
-    /// paid at the new rate). Packets waiting at the gate keep their place: they pass when the
+    /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: raised, what the gate still
+    /// owes is paid at the new rate). Packets waiting at the gate keep their place: they pass when the
     /// one in the shaper is released (stamped at the new rate, or at once without one), and
     /// packets that arrive meanwhile wait behind them.
     pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
