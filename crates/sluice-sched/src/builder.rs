@@ -184,8 +184,9 @@ impl NodeSpec {
 /// Most buckets the queues of all nodes may have together: 2^28, a few GiB of bucket lists
 /// and bitmaps. Bucket arrays are filled when they are built, and Linux grants memory on
 /// request, so without a bound a file asking for 2^24 buckets on each of hundreds of nodes
-/// ran the machine out of memory instead of failing to build. `auto` gives a node at most
-/// 65 536 buckets (LQF's lengths): 4096 such nodes fit, or 65 535 nodes of EDF's 4096.
+/// ran the machine out of memory instead of failing to build. A moving range (cFFS) counts
+/// both its ranges. `auto` gives a node at most 65 536 buckets (LQF's lengths): 4096 such
+/// nodes fit, or 32 767 nodes of EDF's two ranges of 4096.
 pub const MAX_TREE_BUCKETS: usize = 1 << 28;
 
 /// Why a tree cannot be built.
@@ -541,7 +542,9 @@ impl TreeBuilder {
                     });
                 }
                 if !qs.kind.exact() {
-                    buckets = buckets.saturating_add(qs.buckets);
+                    // A moving range keeps two ranges of buckets.
+                    let ranges = if qs.kind.moving_range() { 2 } else { 1 };
+                    buckets = buckets.saturating_add(qs.buckets.saturating_mul(ranges));
                     if buckets > MAX_TREE_BUCKETS {
                         return Err(BuildError::TooManyBuckets {
                             node: spec.name.clone(),
@@ -591,6 +594,13 @@ impl TreeBuilder {
         let s = self.cfg.shaper;
         if s.kind != QueueKind::TimingWheel && !s.kind.exact() {
             return Err(BuildError::ShaperKind(s.kind));
+        }
+        // A release beyond the horizon waits in the last slot and is filed again from there:
+        // with one slot, that is the slot it leaves, again and again.
+        if s.kind == QueueKind::TimingWheel && s.slots < 2 {
+            return Err(BuildError::Invalid(
+                "the shaper's timing wheel needs at least 2 slots".into(),
+            ));
         }
         let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
         shaper.overflow = Overflow::Clamp;
@@ -751,6 +761,20 @@ mod tests {
 
     fn auto(shape: RankShape) -> QueueSpec {
         node_queue_spec(QueueChoice::Auto, shape, 100)
+    }
+
+    #[test]
+    fn a_wheel_of_one_slot_is_refused() {
+        let mut b = TreeBuilder::new(SchedConfig {
+            shaper: ShaperConfig {
+                slots: 1,
+                ..ShaperConfig::default()
+            },
+            ..SchedConfig::default()
+        });
+        let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+        b.default_leaf(root);
+        assert!(matches!(b.build(), Err(BuildError::Invalid(e)) if e.contains("2 slots")));
     }
 
     #[test]

@@ -578,10 +578,18 @@ impl Ctx<'_> {
         let slots = horizon.div_ceil(slot);
         // An exact structure has no slots: any `slot` and `horizon` will do.
         let slots = if cfg.kind.exact() {
-            slots.min(MAX_BUCKETS)
+            slots.clamp(2, MAX_BUCKETS)
         } else {
             slots
         };
+        if slots < 2 {
+            return Err(self.err(
+                span,
+                format!("{a} {horizon} ns `horizon` in {slot} ns `slot`s is one slot"),
+                "at least 2 slots: a `horizon` longer than one `slot` (a release beyond it waits \
+                 in the last slot and is filed again from there)",
+            ));
+        }
         if slots > MAX_BUCKETS {
             return Err(self.err(
                 span,
@@ -1996,6 +2004,16 @@ queue = "binary_heap"
             let text = format!("[[node]]\nname = \"{good}\"\npolicy = \"fifo\"\n");
             assert!(compile_str(&text, "t.toml").is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn a_wheel_of_one_slot_is_refused() {
+        // A release beyond its horizon was filed again in the same slot, forever.
+        fails(
+            "[shaper]\nslot = \"1ms\"\nhorizon = \"1ms\"\n",
+            3,
+            &["is one slot", "at least 2 slots"],
+        );
     }
 
     #[test]
