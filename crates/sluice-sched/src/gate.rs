@@ -119,6 +119,17 @@ impl Gate {
         u64::try_from(start >> 32).unwrap_or(u64::MAX)
     }
 
+    /// The gate's packet in flight, of `len` bytes, is released at `now`: the next one goes
+    /// no sooner than its time at the current rate after it. (A raise since paid the gate's
+    /// debt at the new rate, [`Gate::set_rate`], and left the last timestamp before the
+    /// release time the packet kept: the next one left with it, two at once with no burst.)
+    pub fn released(&mut self, now: u64, len: u32) {
+        let min = (u128::from(now) << 32) + self.rate.tx_time_fp_of(len, self.per_byte);
+        if self.lts() < min {
+            self.set_lts(min);
+        }
+    }
+
     /// The release time the last packet of `len` bytes stamped was given (`stamp`'s result),
     /// as long as nothing was stamped since; changed by a rate change since, as the gate's
     /// debt is ([`Gate::set_rate`]).

@@ -408,13 +408,22 @@ impl OracleTree {
             }
             match w {
                 Wait::Flow(pkt) => {
-                    let flow = self.packets[pkt as usize].flow;
-                    self.flows[flow as usize].line.in_flight = false;
+                    let p = self.packets[pkt as usize];
+                    let f = &mut self.flows[p.flow as usize];
+                    f.line.in_flight = false;
+                    if let Some(g) = f.gate.as_mut() {
+                        g.released(t, p.len);
+                    }
+                    let flow = p.flow;
                     self.pass_flow_gate(pkt, t);
                     self.admit(flow, t);
                 }
                 Wait::Node(n, meta, _) => {
-                    self.nodes[n as usize].line.in_flight = false;
+                    let node = &mut self.nodes[n as usize];
+                    node.line.in_flight = false;
+                    if let Some(g) = node.gate.as_mut() {
+                        g.released(t, meta.len);
+                    }
                     self.pass_node(n, &meta, t);
                     // Stamp those waiting in line, in order, until one has to wait.
                     while let Some(next) = self.nodes[n as usize].line.waiting.pop_front() {

@@ -845,11 +845,13 @@ impl Scheduler {
     fn unpark_flow(&mut self, flow: FlowId, filed: u64, now: u64) {
         let f = &mut self.flows.flows[flow as usize];
         let pkt = f.gate_next;
-        if let Some(g) = f.gate {
-            let at = g.last_start(f.rec(&self.packets.items, pkt).meta.len);
+        let len = f.rec(&self.packets.items, pkt).meta.len;
+        if let Some(g) = f.gate.as_mut() {
+            let at = g.last_start(len);
             if at > filed {
                 return self.file(at, now, FLOW_ITEM | flow);
             }
+            g.released(now, len);
         }
         f.parked = false;
         self.pass_flow_gate(flow, pkt, now);
@@ -908,7 +910,11 @@ impl Scheduler {
         }
         let held = self.pending.release(id);
         let n = held.node;
-        self.nodes[n as usize].line.waiting = false;
+        let node = &mut self.nodes[n as usize];
+        node.line.waiting = false;
+        if let Some(g) = node.gate.as_mut() {
+            g.released(now, held.meta.len);
+        }
         self.pass_node(n, &held.meta, now);
         loop {
             let head = self.nodes[n as usize].line.head;
