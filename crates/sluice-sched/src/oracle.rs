@@ -574,21 +574,29 @@ impl OracleTree {
             return false;
         }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        let changed = self.cfg_of(n).map(|c| c.weight = weight).is_some();
-        if changed {
+        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
+        // member a fifth more than its reservation.
+        let changed = self
+            .cfg_of(n)
+            .map(|c| std::mem::replace(&mut c.weight, weight) != weight);
+        if changed == Some(true) {
             self.reconfigured(n);
         }
-        changed
+        changed.is_some()
     }
 
     /// Change a node's reservation in its parent, or a root leaf's flows' (same contract as
     /// [`crate::Scheduler::set_reservation`]).
     pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
-        let changed = self.cfg_of(n).map(|c| c.reservation = rate).is_some();
-        if changed {
+        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
+        // member a fifth more than its reservation.
+        let changed = self
+            .cfg_of(n)
+            .map(|c| std::mem::replace(&mut c.reservation, rate) != rate);
+        if changed == Some(true) {
             self.reconfigured(n);
         }
-        changed
+        changed.is_some()
     }
 
     /// Re-rank node `n` in its parent, or a root leaf's flows, after its configuration

@@ -1270,11 +1270,15 @@ impl Scheduler {
             return false;
         }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        let changed = self.member_cfg_mut(n).map(|c| c.weight = weight).is_some();
-        if changed {
+        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
+        // member a fifth more than its reservation.
+        let changed = self
+            .member_cfg_mut(n)
+            .map(|c| std::mem::replace(&mut c.weight, weight) != weight);
+        if changed == Some(true) {
             self.reconfigured(n);
         }
-        changed
+        changed.is_some()
     }
 
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
@@ -1283,14 +1287,15 @@ impl Scheduler {
     /// built with; a slower one can put tags past it, where they are filed at its edge and
     /// ordered approximately ([`SchedStats::ranks_clamped`] counts them).
     pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
+        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
+        // member a fifth more than its reservation.
         let changed = self
             .member_cfg_mut(n)
-            .map(|c| c.reservation = rate)
-            .is_some();
-        if changed {
+            .map(|c| std::mem::replace(&mut c.reservation, rate) != rate);
+        if changed == Some(true) {
             self.reconfigured(n);
         }
-        changed
+        changed.is_some()
     }
 
     /// Node `n`'s configuration as a member changed (its weight or reservation, or for a
