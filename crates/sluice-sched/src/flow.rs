@@ -5,7 +5,9 @@
 //! short idle gaps (a TCP flow under TSQ empties after every packet; forgetting its pacing
 //! state then would let it burst). Emptied flows wait on an idle list in the order they
 //! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
-//! (O(1)). A table whose flows all have packets is full: the enqueue is rejected and counted.
+//! (O(1)), unless that flow is still paced (its gate's next release is ahead). A table whose
+//! flows all have packets, or whose longest idle flow is still paced, is full: the enqueue is
+//! rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -197,12 +199,15 @@ impl FlowTable {
     }
 
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
-    /// active flows.
+    /// active flows, or the flow idle the longest is still paced at `now` (its gate's next
+    /// release is ahead: reclaimed, its pacing state was lost, and a flow sharing a one-slot
+    /// table with another sent at 500 times its rate).
     pub fn get_or_insert(
         &mut self,
         key: u64,
         leaf: u16,
         hint: Option<FlowId>,
+        now: u64,
         gate: impl FnOnce() -> Option<Gate>,
     ) -> Option<FlowId> {
         if let Some(id) = hint {
@@ -241,7 +246,11 @@ impl FlowTable {
         let id = if self.flows.len() < self.capacity {
             self.flows.push(fresh);
             (self.flows.len() - 1) as FlowId
-        } else if self.idle_head != NIL {
+        } else if self.idle_head != NIL
+            && self.flows[self.idle_head as usize]
+                .gate
+                .is_none_or(|g| g.next_free() <= now)
+        {
             let id = self.idle_head;
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
@@ -309,12 +318,12 @@ mod tests {
     #[test]
     fn reclaims_the_longest_idle_flow_and_never_an_active_one() {
         let mut t = FlowTable::new(2).unwrap();
-        let a = t.get_or_insert(1, 0, None, || None).unwrap();
-        let b = t.get_or_insert(2, 0, None, || None).unwrap();
+        let a = t.get_or_insert(1, 0, None, 0, || None).unwrap();
+        let b = t.get_or_insert(2, 0, None, 0, || None).unwrap();
         t.flows[a as usize].queued = 1;
         t.flows[b as usize].queued = 1;
         assert_eq!(
-            t.get_or_insert(3, 0, None, || None),
+            t.get_or_insert(3, 0, None, 0, || None),
             None,
             "full of active flows"
         );
@@ -323,36 +332,36 @@ mod tests {
         t.flows[a as usize].queued = 0;
         t.emptied(a);
         // b went idle first: it is reclaimed first.
-        let c = t.get_or_insert(3, 0, None, || None).unwrap();
+        let c = t.get_or_insert(3, 0, None, 0, || None).unwrap();
         assert_eq!(c, b);
         assert_eq!(t.find(2, 0), None);
         assert_eq!(t.find(1, 0), Some(a));
         // An idle flow that gets a packet again leaves the idle list.
-        assert_eq!(t.get_or_insert(1, 0, None, || None), Some(a));
+        assert_eq!(t.get_or_insert(1, 0, None, 0, || None), Some(a));
         t.flows[a as usize].queued = 1;
         t.flows[c as usize].queued = 1;
-        assert_eq!(t.get_or_insert(4, 0, None, || None), None);
+        assert_eq!(t.get_or_insert(4, 0, None, 0, || None), None);
         assert_eq!(t.reclaimed, 1);
     }
 
     #[test]
     fn a_hint_saves_the_lookup_only_when_it_names_the_flow() {
         let mut t = FlowTable::new(2).unwrap();
-        let a = t.get_or_insert(1, 0, None, || None).unwrap();
-        assert_eq!(t.get_or_insert(1, 0, Some(a), || None), Some(a));
+        let a = t.get_or_insert(1, 0, None, 0, || None).unwrap();
+        assert_eq!(t.get_or_insert(1, 0, Some(a), 0, || None), Some(a));
         // Out of range, another flow's id, another leaf: ignored, the lookup decides.
-        let b = t.get_or_insert(2, 0, Some(99), || None).unwrap();
+        let b = t.get_or_insert(2, 0, Some(99), 0, || None).unwrap();
         assert_ne!(a, b);
-        assert_eq!(t.get_or_insert(2, 0, Some(a), || None), Some(b));
-        assert_eq!(t.get_or_insert(1, 1, Some(a), || None), None, "full");
+        assert_eq!(t.get_or_insert(2, 0, Some(a), 0, || None), Some(b));
+        assert_eq!(t.get_or_insert(1, 1, Some(a), 0, || None), None, "full");
         // Stale: `a` was reclaimed for key 3; key 1's old id no longer names it.
         t.emptied(a);
-        let c = t.get_or_insert(3, 0, Some(a), || None).unwrap();
+        let c = t.get_or_insert(3, 0, Some(a), 0, || None).unwrap();
         assert_eq!(c, a, "the idle slot was reused");
         t.flows[c as usize].queued = 1;
         t.flows[b as usize].queued = 1;
         assert_eq!(
-            t.get_or_insert(1, 0, Some(a), || None),
+            t.get_or_insert(1, 0, Some(a), 0, || None),
             None,
             "not key 3's flow"
         );
@@ -362,8 +371,8 @@ mod tests {
     #[test]
     fn same_key_in_two_leaves_is_two_flows() {
         let mut t = FlowTable::new(4).unwrap();
-        let a = t.get_or_insert(7, 0, None, || None).unwrap();
-        let b = t.get_or_insert(7, 1, None, || None).unwrap();
+        let a = t.get_or_insert(7, 0, None, 0, || None).unwrap();
+        let b = t.get_or_insert(7, 1, None, 0, || None).unwrap();
         assert_ne!(a, b);
     }
 }

@@ -224,7 +224,13 @@ impl OracleTree {
                     self.flows.push(fresh);
                     (self.flows.len() - 1) as u32
                 } else {
-                    let id = self.idle.pop_front().ok_or(RejectReason::FlowTableFull)?;
+                    // Not one still paced at `now`: its pacing state must outlive the gap.
+                    let paced = |f: &OFlow| f.gate.is_some_and(|g| g.next_free() > now);
+                    let id = match self.idle.front() {
+                        Some(&id) if !paced(&self.flows[id as usize]) => id,
+                        _ => return Err(RejectReason::FlowTableFull),
+                    };
+                    self.idle.pop_front();
                     let old = &self.flows[id as usize];
                     self.by_key.remove(&(old.key, old.leaf));
                     self.flows[id as usize] = fresh;

@@ -530,7 +530,7 @@ impl Scheduler {
         self.release_due(now);
         let leaf_rate = self.nodes[leaf as usize].flow_rate;
         let pacing = p.fields.pacing_bps;
-        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, || {
+        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, now, || {
             let own = Rate::new(pacing);
             match (own, leaf_rate) {
                 (Some(r), leaf) => Some(Gate::new(r, leaf.map_or(0, |l| l.1))),

@@ -1962,3 +1962,36 @@ fn setting_a_weight_to_what_it_is_changes_nothing() {
     let got = mbit_in(&deps, 0, S + S / 2, S / 2);
     assert!((got - 300.0).abs() < 6.0, "{got:.1} Mbit/s, reserved 300");
 }
+
+/// A flow still paced (its gate's next release ahead) is not reclaimed for another: a full
+/// table refuses the newcomer instead, counted. (Reclaimed, its pacing state went with it:
+/// two flows alternating in a one-flow table each sent at 500 times its 1 Mbit/s.)
+#[test]
+fn a_flow_still_paced_keeps_its_slot() {
+    let mut b = TreeBuilder::new(SchedConfig {
+        flows: 1,
+        ..cfg(100)
+    });
+    let mut root = NodeSpec::new("root", PolicyKind::Fifo);
+    root.flow_rate = Some(Rate::mbit(1));
+    let root = b.root(root);
+    b.default_leaf(root);
+    let mut s = b.build().unwrap();
+    let mut now = S;
+    let mut sent: HashMap<u64, Vec<u64>> = HashMap::new();
+    for token in 0..1000u64 {
+        let flow = token % 2;
+        if s.enqueue(now, &packet(token, 0, flow, 1500)).is_ok() {
+            now = now.max(s.next_event(now).unwrap());
+            let d = s.dequeue(now).unwrap();
+            sent.entry(d.flow).or_default().push(now);
+        }
+        now += 12_000;
+    }
+    assert!(s.stats().rejected(RejectReason::FlowTableFull) > 0);
+    for (flow, times) in &sent {
+        for w in times.windows(2) {
+            assert!(w[1] - w[0] + 1024 >= 12 * MS, "flow {flow}: {times:?}");
+        }
+    }
+}
