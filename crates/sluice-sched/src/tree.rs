@@ -551,9 +551,9 @@ impl Scheduler {
             }
         }
         // A hard limit turns away a packet whose flow's gate is already further ahead than
-        // the shaper's horizon: no packet of the flow could go before then. (The gate stamps
-        // departures, so a packet accepted before can still be clamped, when a single packet
-        // takes longer than the horizon at the flow's rate.)
+        // the shaper's horizon: no packet of the flow could go before then. (A packet waiting
+        // at the gate is stamped later, so one accepted before can still go beyond it; it is
+        // filed again until its time.)
         if self.beyond_horizon == Overflow::Reject {
             if let Some(g) = f.gate.as_ref() {
                 let t = g.next_free();
@@ -663,21 +663,21 @@ impl Scheduler {
     /// in flight. A release beyond the horizon is counted as clamped and filed at the
     /// horizon's end (see [`Scheduler::file`]).
     fn park(&mut self, at: u64, now: u64, item: u32) {
-        if self.horizon.beyond(at, now).is_some() {
+        if self.file(at, now, item) {
             self.stats.clamped += 1;
         }
-        self.file(at, now, item);
     }
 
     /// [`Scheduler::park`] without counting: the item is filed until `at`, or until the
-    /// horizon's end if that comes first, where [`Scheduler::unpark`] files it again until
-    /// `at` comes. (Released at the horizon's end, as before, a packet that takes longer than
+    /// horizon's end if that comes first (then true), where [`Scheduler::unpark`] files it
+    /// again until `at` comes. (Released at the horizon's end, as before, a packet that takes longer than
     /// the horizon at its gate's rate broke the rate: 124 Mbit/s through a 100 Mbit/s node
     /// with 65 000 B frames and a 4 ms horizon.)
-    fn file(&mut self, at: u64, now: u64, item: u32) {
+    fn file(&mut self, at: u64, now: u64, item: u32) -> bool {
         // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
         // ([`Horizon::latest`]).
-        let at = self.horizon.beyond(at, now).unwrap_or(at);
+        let latest = self.horizon.beyond(at, now);
+        let at = latest.unwrap_or(at);
         // Time passes for the shaper even while nothing is due (release_due then skips it), so
         // that `at` is placed within its horizon from `now`.
         self.shaper.advance(now);
@@ -686,12 +686,14 @@ impl Scheduler {
             // and `at` was clamped into its horizon: neither error can happen.
             debug_assert!(false, "shaper refused an item: {e:?}");
             let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
-            return self.unpark(item, u64::MAX, now);
+            self.unpark(item, u64::MAX, now);
+            return latest.is_some();
         }
         // A later item cannot come first (its bucket starts no earlier than the first's).
         if at < self.shaper_due {
             self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
         }
+        latest.is_some()
     }
 
     /// Park node `n`'s packet in flight, a copy of `meta`.
@@ -849,7 +851,8 @@ impl Scheduler {
         if let Some(g) = f.gate.as_mut() {
             let at = g.last_start(len);
             if at > filed {
-                return self.file(at, now, FLOW_ITEM | flow);
+                self.file(at, now, FLOW_ITEM | flow);
+                return;
             }
             g.released(now, len);
         }
@@ -906,7 +909,8 @@ impl Scheduler {
     fn unpark_node(&mut self, id: u32, filed: u64, now: u64) {
         let at = self.pending.items[id as usize].at;
         if at > filed {
-            return self.file(at, now, id);
+            self.file(at, now, id);
+            return;
         }
         let held = self.pending.release(id);
         let n = held.node;
