@@ -397,7 +397,7 @@ impl OracleTree {
 
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
-            let t = e.rank.min(now);
+            let mut t = e.rank.min(now);
             let w = self.waits[e.item as usize];
             let at = match w {
                 Wait::Flow(pkt) => {
@@ -409,8 +409,17 @@ impl OracleTree {
                 Wait::Node(_, _, at) => at,
             };
             if at > e.rank {
-                self.wait(at, t, w);
-                continue;
+                // Filed at the horizon's end: again, from where it was filed while others are
+                // still due before `now`, else from `now`, unless `at` has come.
+                if self.shaper.next_deadline().is_some_and(|d| d <= now) {
+                    self.wait(at, t, w);
+                    continue;
+                }
+                if at > now {
+                    self.wait(at, now, w);
+                    continue;
+                }
+                t = at;
             }
             match w {
                 Wait::Flow(pkt) => {

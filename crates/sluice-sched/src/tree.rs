@@ -831,8 +831,10 @@ impl Scheduler {
 
     /// A shaper item filed until `filed` is due at `now`: its gate's packet in flight goes
     /// through, then the packets waiting behind it are stamped, those already due going
-    /// through too, until one must wait in the shaper. An item filed at the horizon's end
-    /// before its release time is filed again instead.
+    /// through too, until one must wait in the shaper. Time passes for them from when the
+    /// item was due, `filed` (or `now` if earlier), so that chained gates keep exact spacing
+    /// whatever the host's lateness. An item filed at the horizon's end before its release
+    /// time is filed again instead, unless that time has come ([`Scheduler::refile`]).
     fn unpark(&mut self, item: u32, filed: u64, now: u64) {
         if item & FLOW_ITEM != 0 {
             self.unpark_flow(item & !FLOW_ITEM, filed, now);
@@ -845,20 +847,50 @@ impl Scheduler {
     /// The gate stamped nothing since its packet in flight (the others wait unstamped), so
     /// that packet's release time is the gate's last start ([`Gate::last_start`]).
     fn unpark_flow(&mut self, flow: FlowId, filed: u64, now: u64) {
-        let f = &mut self.flows.flows[flow as usize];
+        let f = &self.flows.flows[flow as usize];
         let pkt = f.gate_next;
         let len = f.rec(&self.packets.items, pkt).meta.len;
-        if let Some(g) = f.gate.as_mut() {
-            let at = g.last_start(len);
+        if let Some(at) = f.gate.as_ref().map(|g| g.last_start(len)) {
             if at > filed {
-                self.file(at, now, FLOW_ITEM | flow);
+                if let Some(due) = self.refile(at, filed, now, FLOW_ITEM | flow) {
+                    self.flow_released(flow, pkt, len, due);
+                }
                 return;
             }
-            g.released(now, len);
+        }
+        self.flow_released(flow, pkt, len, filed.min(now));
+    }
+
+    /// [`Scheduler::unpark_flow`] once its packet in flight, `pkt` of `len` bytes, goes at
+    /// `at`.
+    #[inline]
+    fn flow_released(&mut self, flow: FlowId, pkt: u32, len: u32, at: u64) {
+        let f = &mut self.flows.flows[flow as usize];
+        if let Some(g) = f.gate.as_mut() {
+            g.released(at, len);
         }
         f.parked = false;
-        self.pass_flow_gate(flow, pkt, now);
-        self.admit(flow, now);
+        self.pass_flow_gate(flow, pkt, at);
+        self.admit(flow, at);
+    }
+
+    /// An item filed at the horizon's end (`filed`) before its release time `at`, popped at
+    /// `now`: `Some(at)` if `at` has come (a host that slept past it), else `None` after filing
+    /// it again. From `now` when nothing else is due before it; otherwise a release loop is
+    /// still on its way there, the wheel's front is at `filed`, and so is the horizon's start.
+    /// (Filed again from `filed` every time, a release waited for a host that woke a second
+    /// late hopped through the wheel a horizon at a time, all in that wake-up's `dequeue`.)
+    #[cold]
+    fn refile(&mut self, at: u64, filed: u64, now: u64, item: u32) -> Option<u64> {
+        if self.shaper.next_deadline().is_some_and(|d| d <= now) {
+            self.file(at, filed.min(now), item);
+            return None;
+        }
+        if at <= now {
+            return Some(at);
+        }
+        self.file(at, now, item);
+        None
     }
 
     /// Packet `pkt`, the flow's `gate_next`, goes through its gate into its leaf: the cursor
@@ -908,10 +940,14 @@ impl Scheduler {
     /// See [`Scheduler::unpark`]; a node's gate, whose line is a list of [`Held`] records.
     fn unpark_node(&mut self, id: u32, filed: u64, now: u64) {
         let at = self.pending.items[id as usize].at;
-        if at > filed {
-            self.file(at, now, id);
-            return;
-        }
+        let now = if at > filed {
+            match self.refile(at, filed, now, id) {
+                Some(due) => due,
+                None => return,
+            }
+        } else {
+            filed.min(now)
+        };
         let held = self.pending.release(id);
         let n = held.node;
         let node = &mut self.nodes[n as usize];
@@ -960,8 +996,7 @@ impl Scheduler {
             if self.prefetch {
                 self.prefetch_releases();
             }
-            // Continue from the time it was due, so chained gates keep exact spacing.
-            self.unpark(e.item, e.rank, e.rank.min(now));
+            self.unpark(e.item, e.rank, now);
         }
         self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
     }
@@ -1779,5 +1814,7 @@ impl fmt::Debug for Scheduler {
     }
 }
 
+#[cfg(test)]
+mod horizon_tests;
 #[cfg(test)]
 mod rebase_tests;
