@@ -127,7 +127,8 @@ pub struct NodeSpec {
     pub member: MemberCfg,
     /// Leaves: how the leaf sees each of its flows.
     pub flows: MemberCfg,
-    /// Leaves: a pacing rate for every flow (overridden by a packet's own pacing rate).
+    /// Leaves: a pacing rate for every flow, and its cap: a packet's own pacing rate applies
+    /// below it ([`crate::gate::capped`]).
     pub flow_rate: Option<Rate>,
     /// Leaves: the flows' burst allowance.
     pub flow_burst: u64,

@@ -147,6 +147,15 @@ impl Gate {
     }
 }
 
+/// The rate of a flow's gate for its own pacing rate `own` (a packet's `pacing_bps`, as a
+/// transport sets it, or [`crate::Scheduler::set_flow_rate`]) at a leaf whose `flow_rate` is
+/// `cap`: the lower of the two, as a packet leaves no sooner than the latest of the times its
+/// policies give it (Carousel), and as Linux fq's `maxrate` caps a socket's pacing rate.
+#[inline]
+pub fn capped(own: Rate, cap: Option<Rate>) -> Rate {
+    cap.map_or(own, |c| own.min(c))
+}
+
 /// The packets waiting at one gate: at most one of them is in the shaper (its packet in
 /// flight, `waiting`); the others wait in line, in arrival order, and each is stamped only when
 /// the one before it leaves. A gate with a deep backlog at a low rate therefore never asks the

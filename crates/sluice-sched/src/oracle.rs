@@ -17,7 +17,7 @@
 
 use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
-use crate::gate::Gate;
+use crate::gate::{Gate, capped};
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
@@ -197,19 +197,17 @@ impl OracleTree {
             return Err(RejectReason::BufferFull);
         }
         self.release_due(now);
+        let (cap, burst) = self.nodes[leaf as usize]
+            .flow_rate
+            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
         let id = match self.by_key.get(&(p.flow, leaf)) {
             Some(&id) => {
                 self.idle.retain(|&i| i != id);
                 id
             }
             None => {
-                let own = Rate::new(p.fields.pacing_bps);
-                let lr = self.nodes[leaf as usize].flow_rate;
-                let gate = match (own, lr) {
-                    (Some(r), l) => Some(Gate::new(r, l.map_or(0, |l| l.1))),
-                    (None, Some((r, b))) => Some(Gate::new(r, b)),
-                    (None, None) => None,
-                };
+                let gate = own.or(cap).map(|r| Gate::new(r, burst));
                 let fresh = OFlow {
                     key: p.flow,
                     leaf,
@@ -241,13 +239,12 @@ impl OracleTree {
             }
         };
         let meta = Meta::new(p, id, now);
-        let leaf_burst = self.nodes[leaf as usize].flow_rate.map_or(0, |l| l.1);
         let f = &mut self.flows[id as usize];
-        // A packet's pacing rate updates its flow's gate, or gives it one.
-        if let Some(r) = Rate::new(p.fields.pacing_bps) {
+        // A packet's pacing rate, at most the leaf's, updates its flow's gate, or gives it one.
+        if let Some(r) = own {
             match f.gate.as_mut() {
                 Some(g) => g.set_rate(r, now),
-                None => f.gate = Some(Gate::new(r, leaf_burst)),
+                None => f.gate = Some(Gate::new(r, burst)),
             }
         }
         if self.beyond_reject {
@@ -660,7 +657,10 @@ impl OracleTree {
         let Some(&id) = self.by_key.get(&(key, leaf)) else {
             return false;
         };
-        let burst = self.nodes[leaf as usize].flow_rate.map_or(0, |(_, b)| b);
+        let (cap, burst) = self.nodes[leaf as usize]
+            .flow_rate
+            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let rate = rate.map(|r| capped(r, cap)).or(cap);
         let gate = &mut self.flows[id as usize].gate;
         *gate = rate.map(|r| match *gate {
             Some(mut g) => {

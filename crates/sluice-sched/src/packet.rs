@@ -39,7 +39,7 @@ pub struct Fields {
     pub remaining: u64,
     /// The flow's own pacing rate in bit/s (Carousel: 2 cwnd / RTT), 0 = not given: the flow
     /// keeps the rate its packets last gave (as a socket keeps its pacing rate), or its leaf's
-    /// `flow_rate` if none did.
+    /// `flow_rate` if none did. The leaf's `flow_rate` caps it (Linux fq's maxrate).
     pub pacing_bps: u64,
 }
 

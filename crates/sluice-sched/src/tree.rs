@@ -42,7 +42,7 @@
 use crate::builder::Horizon;
 use crate::classify::Classifier;
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
-use crate::gate::{Gate, GateLine};
+use crate::gate::{Gate, GateLine, capped};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
 use crate::units::Rate;
@@ -528,26 +528,24 @@ impl Scheduler {
         }
         // Let time pass first: releases what is due and moves the shaper's front to `now`.
         self.release_due(now);
-        let leaf_rate = self.nodes[leaf as usize].flow_rate;
-        let pacing = p.fields.pacing_bps;
+        let (cap, burst) = self.nodes[leaf as usize]
+            .flow_rate
+            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
         let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, now, || {
-            let own = Rate::new(pacing);
-            match (own, leaf_rate) {
-                (Some(r), leaf) => Some(Gate::new(r, leaf.map_or(0, |l| l.1))),
-                (None, Some((r, burst))) => Some(Gate::new(r, burst)),
-                (None, None) => None,
-            }
+            own.or(cap).map(|r| Gate::new(r, burst))
         }) else {
             return self.reject(RejectReason::FlowTableFull, p.token);
         };
         let meta = Meta::new(p, flow, now);
         let f = &mut self.flows.flows[flow as usize];
-        // The packet's own pacing rate (Carousel: set by the transport) updates the gate, or
-        // gives one to a flow that had none (its earlier packets carried no rate).
-        if let Some(r) = Rate::new(pacing) {
+        // The packet's own pacing rate (Carousel: set by the transport), at most the leaf's
+        // `flow_rate`, updates the gate, or gives one to a flow that had none (its earlier
+        // packets carried no rate).
+        if let Some(r) = own {
             match f.gate.as_mut() {
                 Some(g) => g.set_rate(r, now),
-                None => f.gate = Some(Gate::new(r, leaf_rate.map_or(0, |l| l.1))),
+                None => f.gate = Some(Gate::new(r, burst)),
             }
         }
         // A hard limit turns away a packet whose flow's gate is already further ahead than
@@ -1380,13 +1378,17 @@ impl Scheduler {
     }
 
     /// Change the pacing rate of the flow `key` in leaf `leaf` (`None` removes it); false if no
-    /// such flow. As with [`Scheduler::set_rate`], the flow's packets waiting at its gate keep
-    /// their order and its next packets wait behind them.
+    /// such flow. The leaf's `flow_rate` still caps it ([`capped`]), and is what is left when
+    /// it is removed. As with [`Scheduler::set_rate`], the flow's packets waiting at its gate
+    /// keep their order and its next packets wait behind them.
     pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
         let Some(id) = self.flows.find(key, leaf) else {
             return false;
         };
-        let burst = self.nodes[leaf as usize].flow_rate.map_or(0, |(_, b)| b);
+        let (cap, burst) = self.nodes[leaf as usize]
+            .flow_rate
+            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let rate = rate.map(|r| capped(r, cap)).or(cap);
         let f = &mut self.flows.flows[id as usize];
         f.gate = match (f.gate, rate) {
             (Some(mut g), Some(r)) => {

@@ -335,18 +335,22 @@ fn flow_pacing_holds_each_flows_rate() {
     b.default_leaf(leaf);
     let mut s = b.build().unwrap();
     let mut host = Host::new();
-    // Flow 3 asks for its own pacing rate (Carousel: the transport's 2 cwnd / RTT).
-    host.fields_of.insert(
-        3,
-        Fields {
-            pacing_bps: 20_000_000,
-            ..Fields::default()
-        },
-    );
-    let flows: Vec<(u64, u32, u32)> = (0..4).map(|f| (f, 0, 1500)).collect();
+    // Flows 3 and 4 ask for their own pacing rates (Carousel: the transport's 2 cwnd / RTT).
+    // The leaf's rate caps them, as Linux fq's maxrate does: 200 Mbit/s gets 50 (it used to
+    // get 200: a packet's rate replaced the leaf's).
+    for (f, bps) in [(3, 20_000_000), (4, 200_000_000)] {
+        host.fields_of.insert(
+            f,
+            Fields {
+                pacing_bps: bps,
+                ..Fields::default()
+            },
+        );
+    }
+    let flows: Vec<(u64, u32, u32)> = (0..5).map(|f| (f, 0, 1500)).collect();
     let end = S + S + 100 * MS;
     let deps = host.run(&mut s, &flows, 2, None, S, end);
-    for f in 0..4u64 {
+    for f in 0..5u64 {
         let mine: Vec<Departure> = deps.iter().copied().filter(|d| d.flow == f).collect();
         let want = if f == 3 { 20e6 } else { 50e6 };
         for r in windows(&mine, S, end) {
@@ -1095,10 +1099,12 @@ fn drain(s: &mut Scheduler, mut now: u64) -> Vec<u64> {
 #[test]
 fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
     for policy in [PolicyKind::Fifo, PolicyKind::Fq, PolicyKind::Pfabric] {
-        let mut s = paced_leaf(policy, Rate::mbit(10), ShaperConfig::default()).unwrap();
+        let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", policy));
         let leaf = 0;
         for token in 0..3 {
-            s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
+            let mut p = packet(token, 0, 7, 1500);
+            p.fields.pacing_bps = 10_000_000;
+            s.enqueue(S, &p).unwrap();
         }
         assert_eq!(
             s.shaped(),
@@ -1115,6 +1121,36 @@ fn a_flow_gate_removed_at_run_time_lets_its_line_leave_first_in_order() {
         assert_eq!(s.shaped(), 0, "{policy:?}");
         assert_eq!(drain(&mut s, S + S), [4, 5], "{policy:?}");
     }
+}
+
+/// A flow's pacing rate set at run time is capped by its leaf's `flow_rate`, which is what
+/// is left when it is removed. (Set, it replaced the leaf's; removed, the flow was unpaced.)
+#[test]
+fn a_flow_rate_set_at_run_time_stays_under_its_leafs() {
+    let mut s = paced_leaf(PolicyKind::Fq, Rate::mbit(12), ShaperConfig::default()).unwrap();
+    let leaf = 0;
+    // 1500 B: 1 ms at 12 Mbit/s, 0.1 ms at 120.
+    let spacing = |s: &mut Scheduler, start: u64, first: u64| {
+        for token in first..first + 3 {
+            s.enqueue(start, &packet(token, 0, 7, 1500)).unwrap();
+        }
+        let mut at = Vec::new();
+        let mut now = start;
+        while at.len() < 3 {
+            match s.dequeue(now) {
+                Some(_) => at.push(now),
+                None => now = s.next_event(now).unwrap().max(now + 1),
+            }
+        }
+        at[2] - at[1]
+    };
+    assert!(spacing(&mut s, S, 0).abs_diff(MS) < 2048);
+    assert!(s.set_flow_rate(leaf, 7, Some(Rate::mbit(120))));
+    assert!(spacing(&mut s, 2 * S, 3).abs_diff(MS) < 2048);
+    assert!(s.set_flow_rate(leaf, 7, Some(Rate::mbit(6))));
+    assert!(spacing(&mut s, 3 * S, 6).abs_diff(2 * MS) < 2048);
+    assert!(s.set_flow_rate(leaf, 7, None));
+    assert!(spacing(&mut s, 4 * S, 9).abs_diff(MS) < 2048);
 }
 
 /// The same for a node's rate limit removed while packets wait at its gate: they reach the
