@@ -2031,3 +2031,37 @@ fn a_flow_still_paced_keeps_its_slot() {
         }
     }
 }
+
+/// A reservation is met exactly over a long run, however small a packet's time at it: 64 B
+/// at 60 Gbit/s is 8.53 ns. `a` reserves 60 Gbit/s of a 100 Gbit/s root beside `b` of weight
+/// 1000, so `a`'s weighted share (0.1 Gbit/s) is below its reservation and it gets exactly
+/// 60, `b` the other 40. (Charged in whole ns, rounded to 9, `a` got 56.9; rounded down to 8
+/// it would get 64.)
+#[test]
+fn a_reservation_holds_with_small_packets_at_high_rates() {
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let root = b.root(NodeSpec::new("root", policy).rate(Rate::gbit(100), 0));
+        let a = b.child(
+            root,
+            NodeSpec::new("a", PolicyKind::Fifo).reservation(Rate::gbit(60)),
+        );
+        let c = b.child(root, NodeSpec::new("b", PolicyKind::Fifo).weight(1000));
+        b.rule(vec![Match::Class(0)], a);
+        b.rule(vec![Match::Class(1)], c);
+        let mut s = b.build().unwrap();
+        let len = 2 * MS;
+        let deps = Host::new().run(&mut s, &[(0, 0, 64), (1, 1, 64)], 8, None, S, S + len);
+        let gbit = |c: u32| mbit_in(&deps, c, S, len) / 1e3;
+        assert!(
+            (gbit(0) - 60.0).abs() < 0.1,
+            "{policy:?}: a got {:.2} of its 60 Gbit/s",
+            gbit(0)
+        );
+        assert!(
+            (gbit(1) - 40.0).abs() < 0.1,
+            "{policy:?}: b got {:.2} Gbit/s",
+            gbit(1)
+        );
+    }
+}
