@@ -346,6 +346,10 @@ impl OracleTree {
         }
         m.available += 1;
         let ranks = if m.available == 1 {
+            // No member has packets: the node was idle, and a busy period begins.
+            if node.pifos.iter().all(|q| q.is_empty()) {
+                node.policy.busy();
+            }
             Some(node.policy.activate(&mut m.tags, &cfg, meta, now))
         } else {
             node.policy

@@ -756,6 +756,14 @@ impl Scheduler {
             Mode::PerMember => {
                 tags.available += 1;
                 let ranks = if tags.available == 1 {
+                    // The node held nothing before this packet (what arrived has all left): a
+                    // busy period begins. Counted rather than read from its queues: two
+                    // numbers at hand instead of a look into a queue per activation.
+                    let idle = node.stats.arrived == node.stats.sent + 1;
+                    debug_assert_eq!(idle, node.queues.iter().all(|q| q.is_empty()));
+                    if idle {
+                        node.policy.busy();
+                    }
                     Some(node.policy.activate(&mut tags.tags, cfg, meta, now))
                 } else {
                     node.policy

@@ -2065,3 +2065,38 @@ fn a_reservation_holds_with_small_packets_at_high_rates() {
         );
     }
 }
+
+/// Start-time fair queuing forgets what a member sent once its node goes idle (Goyal et al.:
+/// at the end of a busy period the virtual time is the largest finish tag served). `a` sends
+/// one 9000 B packet alone and the node empties; then `a` and `b`, of equal weight, both
+/// become backlogged with 1500 B packets: they alternate from the first packet. (With the
+/// virtual time left at the largest start tag served, `a`'s 9000 B were held against it:
+/// b, b, b, b, b, b, a, b.)
+#[test]
+fn fair_queuing_forgets_a_busy_period_once_the_node_is_idle() {
+    let mut wrong = Vec::new();
+    for policy in [PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Htb] {
+        let mut b = TreeBuilder::new(cfg(100));
+        let root = b.root(NodeSpec::new("root", policy));
+        for class in 0..2u32 {
+            let leaf = b.child(root, NodeSpec::new(&format!("c{class}"), PolicyKind::Fifo));
+            b.rule(vec![Match::Class(class)], leaf);
+        }
+        let mut s = b.build().unwrap();
+        s.enqueue(S, &packet(0, 0, 0, 9000)).unwrap();
+        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        assert!(s.is_empty());
+        let t = 2 * S;
+        for token in 1..=16u64 {
+            let class = (token - 1) as u32 % 2;
+            s.enqueue(t, &packet(token, class, u64::from(class), 1500))
+                .unwrap();
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(t).map(|d| d.flow)).collect();
+        let alternate: Vec<u64> = (0..16).map(|i| i % 2).collect();
+        if order != alternate {
+            wrong.push(format!("{policy:?}: {order:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "not alternating: {wrong:#?}");
+}

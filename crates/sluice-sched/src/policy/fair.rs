@@ -1,8 +1,7 @@
 //! Fair sharing: WFQ (start-time fair queuing), DRR, and FQ (Linux fq's flow scheduling).
 
 use super::{
-    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_clock,
-    set_clock,
+    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE,
 };
 use crate::packet::Meta;
 use sluice_queue::Rank;
@@ -15,7 +14,9 @@ fn vt(len: u32, weight: u32) -> u64 {
 /// Weighted fair queuing as start-time fair queuing (Goyal et al.): a member's start tag is
 /// `S = max(V, F)` when it becomes backlogged, where `F` is its last finish tag, and `S = F`
 /// while it stays backlogged; `F = S + len / w` once it sends a packet of `len` bytes, and
-/// members leave by S; the virtual time V is the largest start tag served. Fair to within one
+/// members leave by S; the virtual time V is the largest start tag served while the node is
+/// busy, and the largest finish tag served once it was idle ([`Policy::busy`]: a member that
+/// sent alone is not held back for it when others come). Fair to within one
 /// packet per member on an exact queue, one bucket on a bucketed one, with no per-round scan
 /// and no floating point (tags are integers, [`VT_PER_BYTE`] per byte at weight 1, a charge
 /// truncated to whole units).
@@ -29,7 +30,7 @@ fn vt(len: u32, weight: u32) -> u64 {
 #[derive(Debug, Default)]
 pub struct Wfq {
     /// Virtual time.
-    v: u64,
+    clock: Clock,
 }
 
 impl Policy for Wfq {
@@ -52,13 +53,19 @@ impl Policy for Wfq {
             dense: false,
         }
     }
+    fn busy(&mut self) {
+        self.clock.busy();
+    }
     fn activate(&mut self, tags: &mut Tags, _: &MemberCfg, _: &Meta, _: u64) -> [Rank; 2] {
-        tags.a = self.v.max(tags.b);
+        tags.a = self.clock.v.max(tags.b);
         [tags.a, ABSENT]
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         tags.b = tags.a + vt(s.sent.len, cfg.weight);
-        self.v = self.v.max(tags.a);
+        self.clock.start(tags.a);
+        if s.available == 0 {
+            self.clock.finish(tags.b);
+        }
         // Still backlogged: its next packet arrived while V was at most F, so S = F. Taking
         // max(V, F) here, as `activate` does, pulled every member up to the largest start tag
         // served: in a bucketed queue members of one bucket leave in arrival order, not by
@@ -69,13 +76,13 @@ impl Policy for Wfq {
         [tags.a, ABSENT]
     }
     fn set_param(&mut self, name: &str, value: u64) -> bool {
-        set_clock(&mut self.v, name, value)
+        self.clock.set(name, value)
     }
     fn virtual_time(&self) -> Option<u64> {
-        Some(self.v)
+        Some(self.clock.v)
     }
     fn rebase(&mut self) -> u64 {
-        rebase_clock(&mut self.v)
+        self.clock.rebase()
     }
     fn shifted(&self, tags: &mut Tags, _: &MemberCfg, d: u64) -> [Rank; 2] {
         tags.a = tags.a.saturating_sub(d);

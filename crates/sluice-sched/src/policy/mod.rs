@@ -58,22 +58,63 @@ pub fn rebase_offset(v: u64) -> u64 {
     (v & !(REBASE_ALIGN - 1)).saturating_sub(REBASE_ALIGN)
 }
 
-/// [`Policy::rebase`] of a fair policy whose virtual time is `v`.
-fn rebase_clock(v: &mut u64) -> u64 {
-    let d = rebase_offset(*v);
-    *v -= d;
-    d
+/// Start-time fair queuing's virtual time (Goyal et al.), as WFQ and hClock's and HTB's shares
+/// keep it: `v`, the largest start tag served (SFQ's v(t) while the node is busy), and `f`, the
+/// largest finish tag served, which `v` takes when a busy period ends ([`Policy::busy`]), so
+/// that what a member sent in one busy period is not held against it in the next. Without
+/// it, a member that sent one 9000 B packet alone waited, once the node had been idle, while
+/// one of equal weight that came with it sent six of 1500 B.
+///
+/// `f` is taken only from members that empty: a member's finish tag only grows while it
+/// sends, and by the end of a busy period every member has emptied, so the largest finish
+/// tag served is the largest a member had when it emptied; a backlogged member's service
+/// costs nothing more.
+#[derive(Debug, Default)]
+struct Clock {
+    /// Virtual time.
+    v: u64,
+    /// The largest finish tag of a member when it emptied.
+    f: u64,
 }
 
-/// [`Policy::set_param`] of a fair policy whose virtual time is `v`: `virtual_time` starts the
-/// clock elsewhere (tests of the rebase).
-fn set_clock(v: &mut u64, name: &str, value: u64) -> bool {
-    match name {
-        "virtual_time" => {
-            *v = value;
-            true
+impl Clock {
+    /// A packet with start tag `start` was served: V follows it.
+    #[inline]
+    fn start(&mut self, start: u64) {
+        self.v = self.v.max(start);
+    }
+
+    /// A member emptied with finish tag `finish`.
+    #[inline]
+    fn finish(&mut self, finish: u64) {
+        self.f = self.f.max(finish);
+    }
+
+    /// [`Policy::busy`]: the node was idle, so its last busy period ended with V at the
+    /// largest finish tag: every member that comes back starts there, level with the others.
+    #[inline]
+    fn busy(&mut self) {
+        self.v = self.v.max(self.f);
+    }
+
+    /// [`Policy::rebase`].
+    fn rebase(&mut self) -> u64 {
+        let d = rebase_offset(self.v);
+        self.v -= d;
+        self.f = self.f.saturating_sub(d);
+        d
+    }
+
+    /// [`Policy::set_param`]: `virtual_time` starts the clock elsewhere (tests of the rebase).
+    fn set(&mut self, name: &str, value: u64) -> bool {
+        match name {
+            "virtual_time" => {
+                self.v = value;
+                self.f = value;
+                true
+            }
+            _ => false,
         }
-        _ => false,
     }
 }
 
@@ -250,6 +291,11 @@ pub trait Policy: fmt::Debug + Send {
     ) -> [Rank; 2] {
         [0, ABSENT]
     }
+
+    /// Per member: a member is about to get its first available packet ([`Policy::activate`])
+    /// at a node that had none, after its busy period ended (no member with packets).
+    /// Start-time fair queuing forgets that period here (WFQ, hClock, HTB).
+    fn busy(&mut self) {}
 
     /// Per member: another packet became available at an active member, which now has
     /// `available` of them. New ranks, if they change: `Some` moves the member in every queue
@@ -494,6 +540,10 @@ impl Policy for AnyPolicy {
     #[inline]
     fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, head: &Meta, now: u64) -> [Rank; 2] {
         with_policy!(self, p => p.activate(tags, cfg, head, now))
+    }
+    #[inline]
+    fn busy(&mut self) {
+        with_policy!(self, p => p.busy())
     }
     #[inline]
     fn arrived(

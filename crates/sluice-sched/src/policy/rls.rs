@@ -3,7 +3,8 @@
 //! time (the member's reservation tag `r`) and a *share* queue ranked by start-time fair queuing
 //! tags. A node serves the reservation queue's first member if its tag is due (`r <= now`),
 //! otherwise the share queue's first: reservations are met first, the rest is shared by weight.
-//! Limits are not ranks at all: a member's limit is its gate (a flow's pacing rate, a child's
+//! The share virtual time is WFQ's ([`super::Wfq`]), moved by share service only, and brought to
+//! the largest finish tag when the node was idle ([`Policy::busy`]). Limits are not ranks at all: a member's limit is its gate (a flow's pacing rate, a child's
 //! `rate`), enforced by the one shaper.
 //!
 //! Tags: `a` = r, the reservation tag in whole ns (its rank), `c` = r's fraction of a ns beyond
@@ -11,8 +12,7 @@
 //! stays backlogged: SFQ's F is kept only as the next S, `activate` takes max(V, F) from it).
 
 use super::{
-    ABSENT, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE, rebase_clock,
-    set_clock,
+    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE,
 };
 use crate::packet::Meta;
 use crate::units::Rate;
@@ -52,7 +52,7 @@ fn vt(len: u32, weight: u32) -> u64 {
 #[derive(Debug, Default)]
 struct Rls {
     /// Share virtual time.
-    v: u64,
+    clock: Clock,
 }
 
 impl Rls {
@@ -67,7 +67,7 @@ impl Rls {
 
     fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, now: u64) -> [Rank; 2] {
         catch_up(tags, now);
-        tags.b = self.v.max(tags.b);
+        tags.b = self.clock.v.max(tags.b);
         Self::ranks(tags, cfg)
     }
 
@@ -102,12 +102,15 @@ impl Rls {
             (None, _) => catch_up(tags, s.now),
         }
         if s.from == 1 {
-            self.v = self.v.max(tags.b);
+            self.clock.start(tags.b);
         }
         // The finish tag F, and the next share start: F while the member stays backlogged, as
         // in WFQ (fair.rs's `served` says why not max(V, F)); `activate` takes max(V, F) when
         // it comes back.
         tags.b += vt(sent.len, cfg.weight);
+        if s.available == 0 {
+            self.clock.finish(tags.b);
+        }
     }
 
     /// A member's weight or reservation changed: the share service it was charged beyond its
@@ -118,7 +121,7 @@ impl Rls {
     /// that lead held it for twice as long as the reservation had been in force: removed
     /// after 2 s, a 300 Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s.
     fn forgive(&self, tags: &mut Tags, cfg: &MemberCfg) -> [Rank; 2] {
-        tags.b = tags.b.min(self.v);
+        tags.b = tags.b.min(self.clock.v);
         Self::ranks(tags, cfg)
     }
 
@@ -166,14 +169,17 @@ macro_rules! rls_common {
         fn activate(&mut self, tags: &mut Tags, cfg: &MemberCfg, _: &Meta, now: u64) -> [Rank; 2] {
             self.0.activate(tags, cfg, now)
         }
+        fn busy(&mut self) {
+            self.0.clock.busy();
+        }
         fn set_param(&mut self, name: &str, value: u64) -> bool {
-            set_clock(&mut self.0.v, name, value)
+            self.0.clock.set(name, value)
         }
         fn virtual_time(&self) -> Option<u64> {
-            Some(self.0.v)
+            Some(self.0.clock.v)
         }
         fn rebase(&mut self) -> u64 {
-            rebase_clock(&mut self.0.v)
+            self.0.clock.rebase()
         }
         fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
             Rls::shifted(tags, cfg, d)
