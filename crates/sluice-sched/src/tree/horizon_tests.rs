@@ -44,7 +44,7 @@ fn oversleep(mut s: Scheduler) -> u64 {
     let late = START + 1000 * MS;
     assert_eq!(s.dequeue(late).map(|d| d.token), Some(1));
     // The third is stamped from the second's time, not from the late wake-up: it is due at
-    // once, and the gate keeps its spacing after it.
+    // once.
     assert_eq!(s.dequeue(late).map(|d| d.token), Some(2));
     assert_eq!(s.dequeue(late), None);
     // Both waited beyond the horizon from their predecessor's time.
