@@ -10,12 +10,12 @@
 //! | a few levels (at most 1024) | `ffs`, one bucket per level |
 //! | a fixed range | `hffs`, up to 65 536 buckets |
 //! | a moving range | `cffs`, 4 096 buckets per range |
-//! | a dense moving range over more than 1024 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) |
+//! | a dense moving range over more than 65 536 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) |
 //!
 //! Fig. 4.20 asks first how many levels there are: below about a thousand the choice matters
 //! little, and the approximate gradient pays off only over many dense levels. So a dense moving
-//! range of at most 1024 ranks (DRR's and fq's rounds: about a hundred) gets `cffs` too, one or
-//! two words of bitmap and exact order, where the approximate gradient's search costs more (fq
+//! range of at most 65 536 ranks (DRR's and fq's rounds: about a hundred) gets `cffs` too, one
+//! bucket per rank and exact order, where the approximate gradient's search costs more (fq
 //! over what were then its 48 ranks: about a seventh less time per packet with `cffs`, `sluice
 //! bench sched`, fq_pacing at 1e3 flows).
 //!

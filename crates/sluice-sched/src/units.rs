@@ -277,15 +277,25 @@ struct Exact {
 }
 
 /// `number * scale`, or `None` if `number` is not a number. Plain decimals are read exactly
-/// (f64 would turn 2^63 - 1 into 2^63, and 2^53 + 1 into 2^53), of any length; exponent forms
-/// and signs go through f64. NaN and infinity spelled out (`nan`, `inf`, which Rust's f64
-/// parser accepts) are not numbers here.
+/// (f64 would turn 2^63 - 1 into 2^63, and 2^53 + 1 into 2^53), of any length, and so are
+/// exponent forms of them up to `e±64` (`1001e-3KB` is 1001 B; through f64 it was refused as
+/// fractional, and `9007199254740993e0B` read as one byte less). Signs and larger exponents
+/// go through f64. NaN and infinity spelled out (`nan`, `inf`, which Rust's f64 parser
+/// accepts) are not numbers here.
 fn read_number(number: &str, scale: u64) -> Option<Number> {
     let plain = number.strip_prefix('+').unwrap_or(number);
-    let (int, frac) = plain.split_once('.').unwrap_or((plain, ""));
+    let (mantissa, exponent) = match plain.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok().filter(|e| e.abs() <= 64)),
+        None => (plain, Some(0)),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if digits(int) && digits(frac) && !(int.is_empty() && frac.is_empty()) {
-        return Some(Number::Exact(scale_decimal(int, frac, scale)));
+    if let (true, Some(exponent)) = (
+        digits(int) && digits(frac) && !(int.is_empty() && frac.is_empty()),
+        exponent,
+    ) {
+        let (int, frac) = shift_point(int, frac, exponent);
+        return Some(Number::Exact(scale_decimal(&int, &frac, scale)));
     }
     // Only digits, signs, points and exponents: this keeps out `nan`, `inf` and `infinity`.
     if !number
@@ -296,6 +306,23 @@ fn read_number(number: &str, scale: u64) -> Option<Number> {
     }
     let value: f64 = number.parse().ok()?;
     Some(Number::Float(value * scale as f64))
+}
+
+/// The digits of `int.frac * 10^exponent`, split at the point again.
+fn shift_point(int: &str, frac: &str, exponent: i32) -> (String, String) {
+    let digits = format!("{int}{frac}");
+    // Where the point falls among `digits`, padded with zeros on the side it moved past.
+    let point = int.len() as i64 + i64::from(exponent);
+    if point <= 0 {
+        let zeros = "0".repeat(point.unsigned_abs() as usize);
+        (String::new(), format!("{zeros}{digits}"))
+    } else if point as usize >= digits.len() {
+        let zeros = "0".repeat(point as usize - digits.len());
+        (format!("{digits}{zeros}"), String::new())
+    } else {
+        let (i, f) = digits.split_at(point as usize);
+        (i.to_string(), f.to_string())
+    }
 }
 
 /// `int.frac * scale` exactly, for strings of ASCII digits.
@@ -691,6 +718,19 @@ mod tests {
         assert_eq!(parse_size("1.5MB"), Ok(1_500_000));
         assert_eq!(parse_size("1.5KiB"), Ok(1_536));
         assert_eq!(parse_size("0.0009765625KiB"), Ok(1));
+        // Exponent forms too: through f64 the first was refused as fractional, the second
+        // read as one byte less.
+        assert_eq!(parse_size("1001e-3KB"), Ok(1001));
+        assert_eq!(parse_size("9007199254740993e0B"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("90071992547409.93E2"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("1.5e3"), Ok(1500));
+        assert_eq!(parse_size(".5e1KiB"), Ok(5120));
+        assert_eq!(parse_size("5e-1KB"), Ok(500));
+        assert!(
+            matches!(parse_size("15e-1"), Err(UnitError::OutOfRange { why, .. }) if why.contains("whole"))
+        );
+        assert_eq!(Rate::parse("1001e-3kbit").map(|r| r.bps()), Ok(1001));
+        assert_eq!(Rate::parse("1.5e-3kbit").map(|r| r.bps()), Ok(2)); // 1.5 bit/s, nearest
         assert_eq!(parse_size("1.000000001GB"), Ok(1_000_000_001));
         assert_eq!(parse_size("1e3"), Ok(1_000));
         assert_eq!(parse_size("0"), Ok(0));

@@ -10,7 +10,7 @@ use sluice_queue::Rank;
 const MANTISSA_BITS: u32 = 10;
 
 /// A monotone 16-bit code for a byte count: exact below 1024, then 10 bits of mantissa per
-/// power of two (within 0.1%). Orders remaining sizes from one byte to 2^64 in 55 296 buckets,
+/// power of two (within 0.1%). Orders remaining sizes from one byte to 2^64 in 56 320 buckets,
 /// so a fixed-range FFS queue can hold them.
 pub fn compress(bytes: u64) -> Rank {
     if bytes < 1 << MANTISSA_BITS {
