@@ -687,8 +687,9 @@ impl Scheduler {
             self.unpark(item, u64::MAX, now);
             return latest.is_some();
         }
-        // A later item cannot come first (its bucket starts no earlier than the first's).
-        if at < self.shaper_due {
+        // A later item cannot come first (its bucket starts no earlier than the first's). At
+        // equal times too: a release at u64::MAX (the end of time) is due at its slot's start.
+        if at <= self.shaper_due {
             self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
         }
         latest.is_some()
@@ -1060,10 +1061,13 @@ impl Scheduler {
     /// release, or `None` if nothing is held. A host sleeps until then.
     pub fn next_event(&self, now: u64) -> Option<u64> {
         let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
+        // `shaper_due` is u64::MAX both for an empty shaper and for releases at the end of
+        // time (a stamp saturates there): asked of the shaper, a host holding such a release
+        // is not told that nothing is held.
         let ready_at = if self.ready > 0 {
             Some(now)
         } else {
-            (self.shaper_due != u64::MAX).then_some(self.shaper_due)
+            (!self.shaper.is_empty()).then_some(self.shaper_due)
         };
         ready_at.map(|t| t.max(link_free).max(now))
     }
@@ -1414,8 +1418,9 @@ impl Scheduler {
         self.classifier.classify(p)
     }
 
-    /// When the flow `key` in `leaf` may next release a packet through its own gate (its pacing
-    /// rate), if it has one: the rank of a rate-limit ordered paused-sources queue.
+    /// When the flow `key` in `leaf` could release a packet through its own gate (its pacing
+    /// rate) after those it holds, if it has one: the gate's last timestamp, the rank of a
+    /// rate-limit ordered paused-sources queue. (A packet it holds may leave earlier.)
     pub fn flow_next_release(&self, leaf: NodeId, key: u64) -> Option<u64> {
         let id = self.flows.find(key, leaf)?;
         self.flows.flows[id as usize].gate.map(|g| g.next_free())

@@ -1015,6 +1015,42 @@ fn a_node_rate_holds_with_packets_longer_than_the_horizon() {
     assert!((mbit - 100.0).abs() < 0.1, "{mbit:.3} Mbit/s");
 }
 
+/// A release at the end of time (a stamp saturates at u64::MAX) is still something held, and
+/// `next_event` names it: it said `None`, "nothing held", and a host would sleep for ever.
+#[test]
+fn next_event_names_a_release_at_the_end_of_time() {
+    use sluice_queue::QueueKind;
+    for kind in [
+        QueueKind::TimingWheel,
+        QueueKind::BTree,
+        QueueKind::BinaryHeap,
+        QueueKind::SkipList,
+    ] {
+        let shaper = ShaperConfig {
+            kind,
+            ..ShaperConfig::default()
+        };
+        let flow_gated = paced_leaf(PolicyKind::Fifo, Rate::mbit(1), shaper).unwrap();
+        let mut b = TreeBuilder::new(SchedConfig { shaper, ..cfg(100) });
+        let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+        let n = b.child(
+            root,
+            NodeSpec::new("n", PolicyKind::Fifo).rate(Rate::mbit(1), 0),
+        );
+        b.default_leaf(n);
+        for mut s in [flow_gated, b.build().unwrap()] {
+            let now = u64::MAX - 5 * MS;
+            for t in 0..3 {
+                s.enqueue(now, &packet(t, 0, 1, 1500)).unwrap();
+            }
+            assert_eq!(s.dequeue(now).unwrap().token, 0);
+            assert_eq!(s.len(), 2);
+            let t = s.next_event(now);
+            assert!(t.is_some_and(|t| t > now), "{kind:?}: {t:?}");
+        }
+    }
+}
+
 #[test]
 fn pacing_holds_at_the_end_of_time() {
     // Within a packet's time of u64::MAX ns the gate's stamp wrapped into the past and a
