@@ -210,15 +210,11 @@ impl FlowTable {
         now: u64,
         gate: impl FnOnce() -> Option<Gate>,
     ) -> Option<FlowId> {
-        if let Some(id) = hint {
-            if let Some(f) = self.flows.get(id as usize) {
-                if f.key == key && f.leaf == leaf {
-                    if f.queued == 0 {
-                        self.unlink_idle(id);
-                    }
-                    return Some(id);
-                }
+        if let Some(id) = self.hinted(key, leaf, hint) {
+            if self.flows[id as usize].queued == 0 {
+                self.unlink_idle(id);
             }
+            return Some(id);
         }
         let h = self.index.hash(key, leaf);
         if let Some(id) = self.find_hashed(h, key, leaf) {
@@ -299,6 +295,20 @@ impl FlowTable {
     /// The id of (key, leaf), if present.
     pub fn find(&self, key: u64, leaf: u16) -> Option<FlowId> {
         self.find_hashed(self.index.hash(key, leaf), key, leaf)
+    }
+
+    /// The flow `hint` if it is `key` at `leaf` (a host's [`crate::Packet::flow_id`]).
+    #[inline]
+    fn hinted(&self, key: u64, leaf: u16, hint: Option<FlowId>) -> Option<FlowId> {
+        let id = hint?;
+        let f = self.flows.get(id as usize)?;
+        (f.key == key && f.leaf == leaf).then_some(id)
+    }
+
+    /// [`FlowTable::get_or_insert`]'s flow, if it exists, without changing the table.
+    pub fn peek(&self, key: u64, leaf: u16, hint: Option<FlowId>) -> Option<FlowId> {
+        self.hinted(key, leaf, hint)
+            .or_else(|| self.find(key, leaf))
     }
 
     #[inline]

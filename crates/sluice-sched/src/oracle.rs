@@ -201,6 +201,19 @@ impl OracleTree {
             .flow_rate
             .map_or((None, 0), |(r, b)| (Some(r), b));
         let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
+        // Asked before anything changes (same contract as the scheduler's).
+        if self.beyond_reject {
+            let gate = self.by_key.get(&(p.flow, leaf)).and_then(|&id| {
+                let mut g = self.flows[id as usize].gate?;
+                if let Some(r) = own {
+                    g.set_rate(r, now);
+                }
+                Some(g)
+            });
+            if gate.is_some_and(|g| self.horizon.beyond(g.next_free(), now).is_some()) {
+                return Err(RejectReason::BeyondHorizon);
+            }
+        }
         let id = match self.by_key.get(&(p.flow, leaf)) {
             Some(&id) => {
                 self.idle.retain(|&i| i != id);
@@ -245,16 +258,6 @@ impl OracleTree {
             match f.gate.as_mut() {
                 Some(g) => g.set_rate(r, now),
                 None => f.gate = Some(Gate::new(r, burst)),
-            }
-        }
-        if self.beyond_reject {
-            if let Some(g) = f.gate.as_ref() {
-                if self.horizon.beyond(g.next_free(), now).is_some() {
-                    if f.queued == 0 {
-                        self.idle.push_back(id);
-                    }
-                    return Err(RejectReason::BeyondHorizon);
-                }
             }
         }
         self.held += 1;

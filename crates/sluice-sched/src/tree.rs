@@ -532,6 +532,10 @@ impl Scheduler {
             .flow_rate
             .map_or((None, 0), |(r, b)| (Some(r), b));
         let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
+        if self.beyond_horizon == Overflow::Reject && self.refused_beyond_horizon(p, leaf, own, now)
+        {
+            return self.reject(RejectReason::BeyondHorizon, p.token);
+        }
         let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, now, || {
             own.or(cap).map(|r| Gate::new(r, burst))
         }) else {
@@ -546,21 +550,6 @@ impl Scheduler {
             match f.gate.as_mut() {
                 Some(g) => g.set_rate(r, now),
                 None => f.gate = Some(Gate::new(r, burst)),
-            }
-        }
-        // A hard limit turns away a packet whose flow's gate is already further ahead than
-        // the shaper's horizon: no packet of the flow could go before then. (A packet waiting
-        // at the gate is stamped later, so one accepted before can still go beyond it; it is
-        // filed again until its time.)
-        if self.beyond_horizon == Overflow::Reject {
-            if let Some(g) = f.gate.as_ref() {
-                let t = g.next_free();
-                if self.horizon.beyond(t, now).is_some() {
-                    if f.queued == 0 {
-                        self.flows.emptied(flow);
-                    }
-                    return self.reject(RejectReason::BeyondHorizon, p.token);
-                }
             }
         }
         let per_member = self.nodes[leaf as usize].mode == Mode::PerMember;
@@ -834,6 +823,32 @@ impl Scheduler {
                 self.pass_up(p, meta, now);
             }
         }
+    }
+
+    /// A hard limit (`beyond_horizon = reject`) turns away packet `p` if its flow's gate, at
+    /// the rate `p` gives it (`own`), is already further ahead than the shaper's horizon: no
+    /// packet of the flow could go before then. Asked before anything changes, so that a
+    /// refused packet leaves its flow as it was (its rate applied, a raise repaid the gate's
+    /// debt at it; an idle flow went to the back of the reclaim order). A new flow's gate is
+    /// idle. (A packet waiting at the gate is stamped later, so one accepted before can still
+    /// go beyond the horizon; it is filed again until its time.)
+    fn refused_beyond_horizon(
+        &self,
+        p: &Packet,
+        leaf: NodeId,
+        own: Option<Rate>,
+        now: u64,
+    ) -> bool {
+        let Some(id) = self.flows.peek(p.flow, leaf, p.flow_id) else {
+            return false;
+        };
+        let Some(mut g) = self.flows.flows[id as usize].gate else {
+            return false;
+        };
+        if let Some(r) = own {
+            g.set_rate(r, now);
+        }
+        self.horizon.beyond(g.next_free(), now).is_some()
     }
 
     /// A shaper item filed until `filed` is due at `now`: its gate's packet in flight goes

@@ -934,6 +934,38 @@ fn beyond_horizon_rejects_when_configured_and_clamps_otherwise() {
     }
 }
 
+/// A packet refused beyond the horizon leaves its flow as it was. (Its pacing rate was applied
+/// first: 10 Mbit/s on a 1 Mbit/s flow repaid the gate's debt at the new rate, and the flow's
+/// next release moved from 12 ms ahead to 1.2 ms.)
+#[test]
+fn a_packet_refused_beyond_the_horizon_leaves_its_flow_as_it_was() {
+    let shaper = ShaperConfig {
+        slot_ns: 1024,
+        slots: 1024,
+        beyond_horizon: sluice_queue::Overflow::Reject,
+        ..ShaperConfig::default()
+    };
+    let mut s = one_leaf(
+        SchedConfig { shaper, ..cfg(100) },
+        NodeSpec::new("leaf", PolicyKind::Fifo),
+    );
+    let paced = |token, bps| Packet {
+        fields: Fields {
+            pacing_bps: bps,
+            ..Fields::default()
+        },
+        ..packet(token, 0, 1, 1500)
+    };
+    s.enqueue(S, &paced(0, 1_000_000)).unwrap();
+    assert_eq!(s.dequeue(S).unwrap().token, 0);
+    let before = s.flow_next_release(0, 1);
+    assert_eq!(before, Some(S + 12 * MS));
+    let refused = s.enqueue(S + 1000, &paced(1, 10_000_000)).unwrap_err();
+    assert_eq!(refused.reason, RejectReason::BeyondHorizon);
+    assert_eq!(s.flow_next_release(0, 1), before);
+    assert_eq!(s.stats().rejected(RejectReason::BeyondHorizon), 1);
+}
+
 #[test]
 fn a_clamped_release_is_counted_once_and_leaves_at_its_time() {
     // On a slot boundary and off one: from mid-slot, now + horizon lies past the wheel's
