@@ -1644,6 +1644,42 @@ queue = "binary_heap"
         assert!(!d.contains("weight 7"), "prio takes no weight:\n{d}");
     }
 
+    /// Rates whose packets take less than the shaper's slot: the wheel releases a slot's worth
+    /// of them at once. Not the root's (its gate is checked at each dequeue), nor rates the
+    /// slot spaces, nor under an exact shaper.
+    #[test]
+    fn the_description_notes_rates_faster_than_the_shaper_slot() {
+        let tree = |shaper: &str| {
+            format!(
+                "[scheduler]\ndefault = \"a\"\n{shaper}\
+                 [[node]]\nname = \"r\"\npolicy = \"wfq\"\nrate = \"100Gbit\"\n\
+                 [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fq\"\n\
+                 rate = \"40Gbit\"\nflow_rate = \"100Gbit\"\n\
+                 [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\n\
+                 rate = \"8Gbit\"\n"
+            )
+        };
+        let d = build_str(&tree(""), "t.toml").unwrap().describe();
+        for want in [
+            "note: node `a`: its rate 40Gbit sends 1500 B in 300 ns, less than the shaper's \
+             1024 ns slot: up to 4 such packets leave at once beyond its burst; a `slot` of \
+             300 ns or less spaces them",
+            "note: node `a`: its flows' rate 100Gbit sends 1500 B in 120 ns",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        assert!(
+            !d.contains("node `r`: its rate") && !d.contains("node `b`"),
+            "{d}"
+        );
+        let fine = tree("[shaper]\nslot = \"100ns\"\nhorizon = \"100ms\"\n");
+        let exact = tree("[shaper]\nqueue = \"binary_heap\"\n");
+        for text in [fine, exact] {
+            let d = build_str(&text, "t.toml").unwrap().describe();
+            assert!(!d.contains("slot:"), "{d}");
+        }
+    }
+
     #[test]
     fn the_description_notes_rules_that_never_send_a_packet() {
         let rules = "[[classify]]\nto = \"gold\"\nsrc = \"10.0.0.0/8\"\ndst = \"fd00::/8\"\n\

@@ -1571,6 +1571,21 @@ impl Scheduler {
                     );
                 }
             }
+            // Rates the wheel's slot cannot space: their packets take less than a slot.
+            if self.horizon.ns != u64::MAX {
+                let gated = [
+                    (
+                        "its rate",
+                        n.gate.filter(|_| n.parent.is_some()).map(|g| g.rate()),
+                    ),
+                    ("its flows' rate", n.flow_rate.map(|f| f.0)),
+                ];
+                for (what, rate) in gated {
+                    if let Some(note) = rate.and_then(|r| slot_note(r, self.horizon.slot_ns)) {
+                        let _ = writeln!(out, "note: node `{}`: {what} {note}", n.name);
+                    }
+                }
+            }
             // A reservation above the node's own limit: the limit wins.
             let Some(p) = n.parent else { continue };
             let parent = &self.nodes[p as usize];
@@ -1708,6 +1723,23 @@ fn member_params(policy: &AnyPolicy, m: &MemberCfg, flows: bool) -> String {
         out += &format!(" reservation {r}");
     }
     out
+}
+
+/// Why `rate` is spaced only per shaper slot of `slot_ns`, if it is: the shaper releases a
+/// slot's packets together, so a gate whose 1500 B packets take less than a slot lets out a
+/// slot's worth at once (its rate still holds over time). The root's gate is exact: it is
+/// checked at each dequeue, not filed in the wheel.
+fn slot_note(rate: Rate, slot_ns: u64) -> Option<String> {
+    let packet_ns = rate.tx_time_ns(1500);
+    (packet_ns < slot_ns).then(|| {
+        format!(
+            "{rate} sends 1500 B in {packet_ns} ns, less than the shaper's {slot_ns} ns slot: \
+             up to {} such packets leave at once beyond its burst; a `slot` of {} ns or less \
+             spaces them",
+            slot_ns.div_ceil(packet_ns.max(1)),
+            packet_ns.max(1)
+        )
+    })
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first
