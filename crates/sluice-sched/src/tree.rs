@@ -902,6 +902,9 @@ impl Scheduler {
     /// still on its way there, the wheel's front is at `filed`, and so is the horizon's start.
     /// (Filed again from `filed` every time, a release waited for a host that woke a second
     /// late hopped through the wheel a horizon at a time, all in that wake-up's `dequeue`.)
+    /// Several such releases due at once still hop, from where each was filed, so that they
+    /// leave in the order of their times: the wheel holds a horizon from its front, which the
+    /// earliest of them holds back. One push per horizon between filing and release time, each.
     #[cold]
     fn refile(&mut self, at: u64, filed: u64, now: u64, item: u32) -> Option<u64> {
         if self.shaper.next_deadline().is_some_and(|d| d <= now) {

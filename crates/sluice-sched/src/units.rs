@@ -285,7 +285,8 @@ struct Exact {
 fn read_number(number: &str, scale: u64) -> Option<Number> {
     let plain = number.strip_prefix('+').unwrap_or(number);
     let (mantissa, exponent) = match plain.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.parse::<i32>().ok().filter(|e| e.abs() <= 64)),
+        // Not `abs()`: i32::MIN has none (it overflowed, and wrapped past the bound).
+        Some((m, e)) => (m, e.parse::<i32>().ok().filter(|e| (-64..=64).contains(e))),
         None => (plain, Some(0)),
     };
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
@@ -731,6 +732,11 @@ mod tests {
         );
         assert_eq!(Rate::parse("1001e-3kbit").map(|r| r.bps()), Ok(1001));
         assert_eq!(Rate::parse("1.5e-3kbit").map(|r| r.bps()), Ok(2)); // 1.5 bit/s, nearest
+        // Exponents beyond ±64 go through f64, i32::MIN too (it overflowed `abs()` and asked
+        // for a 2 GiB string of zeros).
+        assert_eq!(parse_size("1e-2147483648B"), Ok(0)); // f64 underflows to 0, as before
+        assert!(parse_size("1e-65").is_err()); // not a whole number of bytes
+        assert!(Rate::parse("1e-2147483648bit").is_err());
         assert_eq!(parse_size("1.000000001GB"), Ok(1_000_000_001));
         assert_eq!(parse_size("1e3"), Ok(1_000));
         assert_eq!(parse_size("0"), Ok(0));
