@@ -1680,6 +1680,53 @@ queue = "binary_heap"
         }
     }
 
+    /// Rates so low that a packet takes longer than the shaper's horizon: re-filed, or for a
+    /// flow under `beyond_horizon = "reject"`, refused.
+    #[test]
+    fn the_description_notes_rates_slower_than_the_shaper_horizon() {
+        let tree = |shaper: &str| {
+            format!(
+                "[scheduler]\ndefault = \"a\"\n{shaper}\
+                 [[node]]\nname = \"r\"\npolicy = \"wfq\"\nrate = \"5kbit\"\n\
+                 [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fq\"\n\
+                 rate = \"8kbit\"\nflow_rate = \"10kbit\"\n\
+                 [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\n\
+                 rate = \"12kbit\"\n"
+            )
+        };
+        let d = build_str(&tree(""), "t.toml").unwrap().describe();
+        for want in [
+            "note: node `a`: its rate 8kbit takes 1.500 s to send 1500 B, longer than the \
+             shaper's 1.074 s horizon: each release waits in the wheel's last slot and is \
+             filed again until its time (counted as `clamped`); a `horizon` of 1.500 s or \
+             more avoids it",
+            "note: node `a`: its flows' rate 10kbit takes 1.200 s to send 1500 B",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        // The root's gate is not in the wheel; 12 kbit/s takes exactly 1 s.
+        assert!(
+            !d.contains("node `r`: its rate") && !d.contains("node `b`"),
+            "{d}"
+        );
+        let reject = tree("[shaper]\nbeyond_horizon = \"reject\"\n");
+        let d = build_str(&reject, "t.toml").unwrap().describe();
+        assert!(
+            d.contains(
+                "its flows' rate 10kbit takes 1.200 s to send 1500 B, longer than the \
+                        shaper's 1.074 s horizon: a flow's packets are refused"
+            ),
+            "{d}"
+        );
+        assert!(
+            d.contains("its rate 8kbit takes 1.500 s") && d.contains("filed again"),
+            "{d}"
+        );
+        let long = tree("[shaper]\nhorizon = \"2s\"\n");
+        let d = build_str(&long, "t.toml").unwrap().describe();
+        assert!(!d.contains("s horizon:"), "{d}");
+    }
+
     #[test]
     fn the_description_notes_rules_that_never_send_a_packet() {
         let rules = "[[classify]]\nto = \"gold\"\nsrc = \"10.0.0.0/8\"\ndst = \"fd00::/8\"\n\

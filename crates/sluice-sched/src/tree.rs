@@ -1583,8 +1583,14 @@ impl Scheduler {
                     ),
                     ("its flows' rate", n.flow_rate.map(|f| f.0)),
                 ];
-                for (what, rate) in gated {
-                    if let Some(note) = rate.and_then(|r| slot_note(r, self.horizon.slot_ns)) {
+                let refused = self.beyond_horizon == Overflow::Reject;
+                for (k, (what, rate)) in gated.into_iter().enumerate() {
+                    let Some(rate) = rate else { continue };
+                    let notes = [
+                        slot_note(rate, self.horizon.slot_ns),
+                        horizon_note(rate, self.horizon.ns, refused && k == 1),
+                    ];
+                    for note in notes.into_iter().flatten() {
                         let _ = writeln!(out, "note: node `{}`: {what} {note}", n.name);
                     }
                 }
@@ -1741,6 +1747,31 @@ fn slot_note(rate: Rate, slot_ns: u64) -> Option<String> {
              spaces them",
             slot_ns.div_ceil(packet_ns.max(1)),
             packet_ns.max(1)
+        )
+    })
+}
+
+/// Why `rate` waits beyond the shaper's horizon of `horizon_ns`, if it does: a 1500 B packet
+/// takes longer than that at it. Its releases wait in the wheel's last slot and are filed again
+/// until their time; a flow's packets are refused instead under `beyond_horizon = "reject"`
+/// (`refused`) while its gate is that far ahead.
+fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
+    let packet_ns = rate.tx_time_ns(1500);
+    let secs = |ns: u64| ns as f64 / 1e9;
+    (packet_ns > horizon_ns).then(|| {
+        let what = if refused {
+            "a flow's packets are refused while its gate is that far ahead (`beyond_horizon = \
+             \"reject\"`)"
+        } else {
+            "each release waits in the wheel's last slot and is filed again until its time \
+             (counted as `clamped`)"
+        };
+        format!(
+            "{rate} takes {:.3} s to send 1500 B, longer than the shaper's {:.3} s horizon: \
+             {what}; a `horizon` of {:.3} s or more avoids it",
+            secs(packet_ns),
+            secs(horizon_ns),
+            secs(packet_ns)
         )
     })
 }
