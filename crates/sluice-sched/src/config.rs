@@ -1644,21 +1644,25 @@ queue = "binary_heap"
         assert!(!d.contains("weight 7"), "prio takes no weight:\n{d}");
     }
 
+    /// A root `r` at `rates[0]` over an fq leaf `a` (rate `rates[1]`, flows at `rates[2]`) and a
+    /// fifo leaf `b` at `rates[3]`, with a `[shaper]` table `shaper` (or none).
+    fn gated_tree(shaper: &str, rates: [&str; 4]) -> String {
+        let [r, a, flows, b] = rates;
+        format!(
+            "[scheduler]\ndefault = \"a\"\n{shaper}\
+             [[node]]\nname = \"r\"\npolicy = \"wfq\"\nrate = \"{r}\"\n\
+             [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fq\"\n\
+             rate = \"{a}\"\nflow_rate = \"{flows}\"\n\
+             [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\nrate = \"{b}\"\n"
+        )
+    }
+
     /// Rates whose packets take less than the shaper's slot: the wheel releases a slot's worth
     /// of them at once. Not the root's (its gate is checked at each dequeue), nor rates the
     /// slot spaces, nor under an exact shaper.
     #[test]
     fn the_description_notes_rates_faster_than_the_shaper_slot() {
-        let tree = |shaper: &str| {
-            format!(
-                "[scheduler]\ndefault = \"a\"\n{shaper}\
-                 [[node]]\nname = \"r\"\npolicy = \"wfq\"\nrate = \"100Gbit\"\n\
-                 [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fq\"\n\
-                 rate = \"40Gbit\"\nflow_rate = \"100Gbit\"\n\
-                 [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\n\
-                 rate = \"8Gbit\"\n"
-            )
-        };
+        let tree = |shaper: &str| gated_tree(shaper, ["100Gbit", "40Gbit", "100Gbit", "8Gbit"]);
         let d = build_str(&tree(""), "t.toml").unwrap().describe();
         for want in [
             "note: node `a`: its rate 40Gbit sends 1500 B in 300 ns, less than the shaper's \
@@ -1684,16 +1688,7 @@ queue = "binary_heap"
     /// flow under `beyond_horizon = "reject"`, refused.
     #[test]
     fn the_description_notes_rates_slower_than_the_shaper_horizon() {
-        let tree = |shaper: &str| {
-            format!(
-                "[scheduler]\ndefault = \"a\"\n{shaper}\
-                 [[node]]\nname = \"r\"\npolicy = \"wfq\"\nrate = \"5kbit\"\n\
-                 [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fq\"\n\
-                 rate = \"8kbit\"\nflow_rate = \"10kbit\"\n\
-                 [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\n\
-                 rate = \"12kbit\"\n"
-            )
-        };
+        let tree = |shaper: &str| gated_tree(shaper, ["5kbit", "8kbit", "10kbit", "12kbit"]);
         let d = build_str(&tree(""), "t.toml").unwrap().describe();
         for want in [
             "note: node `a`: its rate 8kbit takes 1.500 s to send 1500 B, longer than the \
