@@ -708,6 +708,26 @@ mod tests {
             proptest::prop_assert!(text.len() <= "999999Tbit".len() + 4, "{text}");
             proptest::prop_assert_eq!(Rate::parse(&text), Ok(rate), "{}", text);
         }
+
+        /// Any spelling of a number answers, and what it accepts is what its plain decimal
+        /// spelling means. (An exponent of i32::MIN panicked, or asked for 2 GiB of zeros.)
+        #[test]
+        fn number_spellings_answer_and_agree_with_plain_decimals(
+            text in "[+-]?[0-9]{0,4}(\\.[0-9]{0,4})?([eE][+-]?([0-9]{1,3}|2147483648|2147483647))?",
+            unit in proptest::sample::select(vec!["", "B", "KB", "KiB", "bit", "kbit", "ns", "us", "s"]),
+        ) {
+            let text = format!("{text}{unit}");
+            if let Ok(bytes) = parse_size(&text) {
+                proptest::prop_assert_eq!(parse_size(&bytes.to_string()), Ok(bytes), "{}", text);
+            }
+            if let Ok(rate) = Rate::parse(&text) {
+                proptest::prop_assert_eq!(Rate::parse(&rate.to_string()), Ok(rate), "{}", text);
+            }
+            if let Ok(ns) = parse_duration(&text) {
+                let plain = format!("{ns}ns");
+                proptest::prop_assert_eq!(parse_duration(&plain), Ok(ns), "{}", text);
+            }
+        }
     }
 
     #[test]
