@@ -541,18 +541,13 @@ fn hclock_meets_reservations_and_shares_the_rest_by_weight() {
     assert!((mbit(1) - 175.0).abs() < 3.0, "B {:.1}", mbit(1));
     assert!((mbit(2) - 525.0).abs() < 5.0, "C {:.1}", mbit(2));
     // With a weight above its reservation's worth, A gets its weighted share instead.
-    let mut b2 = TreeBuilder::new(cfg(10_000));
-    let root = b2.root(NodeSpec::new("root", PolicyKind::HClock));
-    let a = b2.child(
-        root,
+    let (mut s, _) = two_leaves(
+        NodeSpec::new("root", PolicyKind::HClock),
         NodeSpec::new("a", PolicyKind::Fifo)
             .weight(3)
             .reservation(Rate::mbit(100)),
+        NodeSpec::new("c", PolicyKind::Fifo).weight(1),
     );
-    let c = b2.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(1));
-    b2.rule(vec![Match::Class(0)], a);
-    b2.rule(vec![Match::Class(1)], c);
-    let mut s = b2.build().unwrap();
     let deps = Host::new().run(
         &mut s,
         &[(0, 0, 1500), (1, 1, 1500)],
@@ -1585,17 +1580,23 @@ fn a_reservation_of_one_bit_per_second_with_gigabyte_packets_builds_and_runs() {
     }
 }
 
-/// Two greedy classes `a` and `c` of equal weight under an hClock or HTB root.
-fn two_classes(policy: PolicyKind, a_reserves: Option<Rate>) -> (Scheduler, NodeId) {
+/// `root` over two leaves: `a` for class 0 and `c` for class 1. Returns `a`'s id.
+fn two_leaves(root: NodeSpec, a: NodeSpec, c: NodeSpec) -> (Scheduler, NodeId) {
     let mut b = TreeBuilder::new(cfg(10_000));
-    let root = b.root(NodeSpec::new("root", policy));
-    let mut a = NodeSpec::new("a", PolicyKind::Fifo);
-    a.member.reservation = a_reserves;
+    let root = b.root(root);
     let a = b.child(root, a);
-    let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo));
+    let c = b.child(root, c);
     b.rule(vec![Match::Class(0)], a);
     b.rule(vec![Match::Class(1)], c);
     (b.build().unwrap(), a)
+}
+
+/// Two greedy classes `a` and `c` of equal weight under an hClock or HTB root.
+fn two_classes(policy: PolicyKind, a_reserves: Option<Rate>) -> (Scheduler, NodeId) {
+    let mut a = NodeSpec::new("a", PolicyKind::Fifo);
+    a.member.reservation = a_reserves;
+    let c = NodeSpec::new("c", PolicyKind::Fifo);
+    two_leaves(NodeSpec::new("root", policy), a, c)
 }
 
 /// Mbit/s of class `class` among `deps` in `[start, start + len)`.
@@ -1898,20 +1899,22 @@ fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
 /// against its share; that lead used to outlive the reservation: removed after 2 s, a 300
 /// Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s, and a weight raised from
 /// 1 to 9 changed nothing for as long.
+/// `a` reserving 300 Mbit/s at weight 1 beside `c` at weight 9, under `policy`.
+fn reserved_beside_heavy(policy: PolicyKind) -> (Scheduler, NodeId) {
+    two_leaves(
+        NodeSpec::new("root", policy),
+        NodeSpec::new("a", PolicyKind::Fifo)
+            .weight(1)
+            .reservation(Rate::mbit(300)),
+        NodeSpec::new("c", PolicyKind::Fifo).weight(9),
+    )
+}
+
 #[test]
 fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
     for policy in [PolicyKind::HClock, PolicyKind::Htb] {
         for raise_weight in [false, true] {
-            let mut b = TreeBuilder::new(cfg(10_000));
-            let root = b.root(NodeSpec::new("root", policy));
-            let a = NodeSpec::new("a", PolicyKind::Fifo)
-                .weight(1)
-                .reservation(Rate::mbit(300));
-            let a = b.child(root, a);
-            let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(9));
-            b.rule(vec![Match::Class(0)], a);
-            b.rule(vec![Match::Class(1)], c);
-            let mut s = b.build().unwrap();
+            let (mut s, a) = reserved_beside_heavy(policy);
             let mut host = Host::new();
             let flows = [(0, 0, 1500), (1, 1, 1500)];
             let link = Some(Rate::gbit(1));
@@ -2040,18 +2043,7 @@ fn rates_moved_up_and_down_at_run_time_keep_their_average() {
 /// of its 300.
 #[test]
 fn setting_a_weight_to_what_it_is_changes_nothing() {
-    let mut b = TreeBuilder::new(cfg(10_000));
-    let root = b.root(NodeSpec::new("root", PolicyKind::HClock));
-    let a = b.child(
-        root,
-        NodeSpec::new("a", PolicyKind::Fifo)
-            .weight(1)
-            .reservation(Rate::mbit(300)),
-    );
-    let c = b.child(root, NodeSpec::new("c", PolicyKind::Fifo).weight(9));
-    b.rule(vec![Match::Class(0)], a);
-    b.rule(vec![Match::Class(1)], c);
-    let mut s = b.build().unwrap();
+    let (mut s, a) = reserved_beside_heavy(PolicyKind::HClock);
     let mut host = Host::new();
     let flows = [(0, 0, 1500), (1, 1, 1500)];
     let link = Some(Rate::gbit(1));
@@ -2108,16 +2100,11 @@ fn a_flow_still_paced_keeps_its_slot() {
 #[test]
 fn a_reservation_holds_with_small_packets_at_high_rates() {
     for policy in [PolicyKind::HClock, PolicyKind::Htb] {
-        let mut b = TreeBuilder::new(cfg(10_000));
-        let root = b.root(NodeSpec::new("root", policy).rate(Rate::gbit(100), 0));
-        let a = b.child(
-            root,
+        let (mut s, _) = two_leaves(
+            NodeSpec::new("root", policy).rate(Rate::gbit(100), 0),
             NodeSpec::new("a", PolicyKind::Fifo).reservation(Rate::gbit(60)),
+            NodeSpec::new("b", PolicyKind::Fifo).weight(1000),
         );
-        let c = b.child(root, NodeSpec::new("b", PolicyKind::Fifo).weight(1000));
-        b.rule(vec![Match::Class(0)], a);
-        b.rule(vec![Match::Class(1)], c);
-        let mut s = b.build().unwrap();
         let len = 2 * MS;
         let deps = Host::new().run(&mut s, &[(0, 0, 64), (1, 1, 64)], 8, None, S, S + len);
         let gbit = |c: u32| mbit_in(&deps, c, S, len) / 1e3;
