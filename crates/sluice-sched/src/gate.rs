@@ -5,12 +5,14 @@
 //! `max(LTS, now - burst/R)` and advances LTS by `len / R`; the start is the packet's release
 //! time. So a gate behaves like a token bucket of depth `burst`: after an idle period at most
 //! `burst` bytes (plus the packet that crosses it) leave at once, then packets are spaced at the
-//! rate, at low rates as at high. Those are the release times; the shaper keeps them to one
-//! slot of its timing wheel (Carousel's granularity), so a node's or flow's gate whose packets
-//! take less than a slot lets a slot's worth out at once, its rate holding over time (`sluice
-//! policy check` notes such rates). The root's gate is exact: it is checked at each dequeue. Times are 32.32 fixed-point nanoseconds and `len / R` is a
+//! rate, at low rates as at high. Times are 32.32 fixed-point nanoseconds and `len / R` is a
 //! multiplication by the rate's reciprocal, rounded up ([`Rate::tx_time_fp_of`]): the rate is
 //! exact to 2^-32 ns per 1500-byte packet from 6 kbit/s up to 2^63 bit/s, and never exceeded.
+//!
+//! Those are the release times; the shaper keeps them to one slot of its timing wheel
+//! (Carousel's granularity), so a node's or flow's gate whose packets take less than a slot
+//! lets a slot's worth out at once, its rate holding over time (`sluice policy check` notes
+//! such rates). The root's gate is exact: it is checked at each dequeue.
 //!
 //! A packet on a path through several gates (a flow's pacing rate, its leaf's limit, a parent's
 //! limit) visits them one after the other, each stamping from the time the previous released it;
@@ -157,6 +159,13 @@ impl Gate {
 #[inline]
 pub fn capped(own: Rate, cap: Option<Rate>) -> Rate {
     cap.map_or(own, |c| own.min(c))
+}
+
+/// A leaf's `flow_rate` (rate and burst) split into the cap [`capped`] takes and the burst a
+/// flow's gate gets there (0 without one).
+#[inline]
+pub fn leaf_cap(flow_rate: Option<(Rate, u64)>) -> (Option<Rate>, u64) {
+    flow_rate.map_or((None, 0), |(r, b)| (Some(r), b))
 }
 
 /// The packets waiting at one gate: at most one of them is in the shaper (its packet in

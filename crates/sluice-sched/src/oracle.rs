@@ -17,7 +17,7 @@
 
 use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
-use crate::gate::{Gate, capped};
+use crate::gate::{Gate, capped, leaf_cap};
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
@@ -197,9 +197,7 @@ impl OracleTree {
             return Err(RejectReason::BufferFull);
         }
         self.release_due(now);
-        let (cap, burst) = self.nodes[leaf as usize]
-            .flow_rate
-            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
         // Asked before anything changes (same contract as the scheduler's).
         if self.beyond_reject {
@@ -664,9 +662,7 @@ impl OracleTree {
         let Some(&id) = self.by_key.get(&(key, leaf)) else {
             return false;
         };
-        let (cap, burst) = self.nodes[leaf as usize]
-            .flow_rate
-            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let rate = rate.map(|r| capped(r, cap)).or(cap);
         let gate = &mut self.flows[id as usize].gate;
         *gate = rate.map(|r| match *gate {

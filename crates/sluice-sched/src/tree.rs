@@ -42,7 +42,7 @@
 use crate::builder::Horizon;
 use crate::classify::Classifier;
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
-use crate::gate::{Gate, GateLine, capped};
+use crate::gate::{Gate, GateLine, capped, leaf_cap};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
 use crate::units::Rate;
@@ -528,9 +528,7 @@ impl Scheduler {
         }
         // Let time pass first: releases what is due and moves the shaper's front to `now`.
         self.release_due(now);
-        let (cap, burst) = self.nodes[leaf as usize]
-            .flow_rate
-            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
         if self.beyond_horizon == Overflow::Reject && self.refused_beyond_horizon(p, leaf, own, now)
         {
@@ -657,9 +655,9 @@ impl Scheduler {
 
     /// [`Scheduler::park`] without counting: the item is filed until `at`, or until the
     /// horizon's end if that comes first (then true), where [`Scheduler::unpark`] files it
-    /// again until `at` comes. (Released at the horizon's end, as before, a packet that takes longer than
-    /// the horizon at its gate's rate broke the rate: 124 Mbit/s through a 100 Mbit/s node
-    /// with 65 000 B frames and a 4 ms horizon.)
+    /// again until `at` comes. (Released at the horizon's end, as before, a packet that takes
+    /// longer than the horizon at its gate's rate broke the rate: 124 Mbit/s through a 100
+    /// Mbit/s node with 65 000 B frames and a 4 ms horizon.)
     fn file(&mut self, at: u64, now: u64, item: u32) -> bool {
         // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
         // ([`Horizon::latest`]).
@@ -1299,9 +1297,9 @@ impl Scheduler {
 
     /// Change a node's rate limit (`None` removes it) and burst, at run time, from the latest
     /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: raised, what the gate still
-    /// owes is paid at the new rate). Packets waiting at the gate keep their place: they pass when the
-    /// one in the shaper is released (stamped at the new rate, or at once without one), and
-    /// packets that arrive meanwhile wait behind them.
+    /// owes is paid at the new rate). Packets waiting at the gate keep their place: they pass
+    /// when the one in the shaper is released (stamped at the new rate, or at once without
+    /// one), and packets that arrive meanwhile wait behind them.
     pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
         let node = &mut self.nodes[n as usize];
         node.gate = match (node.gate, rate) {
@@ -1415,9 +1413,7 @@ impl Scheduler {
         let Some(id) = self.flows.find(key, leaf) else {
             return false;
         };
-        let (cap, burst) = self.nodes[leaf as usize]
-            .flow_rate
-            .map_or((None, 0), |(r, b)| (Some(r), b));
+        let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let rate = rate.map(|r| capped(r, cap)).or(cap);
         let f = &mut self.flows.flows[id as usize];
         f.gate = match (f.gate, rate) {

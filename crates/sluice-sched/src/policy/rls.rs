@@ -4,8 +4,9 @@
 //! tags. A node serves the reservation queue's first member if its tag is due (`r <= now`),
 //! otherwise the share queue's first: reservations are met first, the rest is shared by weight.
 //! The share virtual time is WFQ's ([`super::Wfq`]), moved by share service only, and brought to
-//! the largest finish tag when the node was idle ([`Policy::busy`]). Limits are not ranks at all: a member's limit is its gate (a flow's pacing rate, a child's
-//! `rate`), enforced by the one shaper.
+//! the largest finish tag when the node was idle ([`Policy::busy`]). Limits are not ranks at
+//! all: a member's limit is its gate (a flow's pacing rate, a child's `rate`), enforced by the
+//! one shaper.
 //!
 //! Tags: `a` = r, the reservation tag in whole ns (its rank), `c` = r's fraction of a ns beyond
 //! `a`, in 2^-32 ns, and `b` = the share start tag S (the last finish tag F while the member
