@@ -346,12 +346,12 @@ pub enum MetricsError {
 }
 
 /// Most connections served at once; one beyond them is closed unanswered.
-const MAX_CONNECTIONS: usize = 8;
+pub const MAX_CONNECTIONS: usize = 8;
 /// A connection's whole exchange, its request in and its answer out, must fit in this: a client
 /// that sends slowly, or reads slowly, is cut off at it.
-const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest request head read (request line and headers); a longer one gets 431.
-const MAX_REQUEST: usize = 8 * 1024;
+pub const MAX_REQUEST: usize = 8 * 1024;
 
 /// The Prometheus endpoint. Dropping it (or [`MetricsServer::stop`]) stops it.
 pub struct MetricsServer {

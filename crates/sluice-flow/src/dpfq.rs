@@ -199,11 +199,11 @@ pub const INLINE: usize = 2;
 /// Most free rings one engine keeps for itself in front of the shared stack (each CAS on the
 /// stack's head costs as much as the rest of a push). Capped at an eighth of the pool so that
 /// small pools stay shared.
-const RING_CACHE: usize = 32;
+pub const RING_CACHE: usize = 32;
 
 /// Most packets of the pool's budget one engine reserves at once (one atomic per batch instead
 /// of one per packet). Capped at a 64th of the bound so that small bounds stay exact.
-const PACKET_BATCH: usize = 32;
+pub const PACKET_BATCH: usize = 32;
 
 /// One flow's queue: 32 bytes (two per cache line), and no ring while it holds at most
 /// [`INLINE`] packets.

@@ -6,7 +6,7 @@
 //! timestamps beyond the horizon follow [`Overflow`] (`Clamp`: the last slot, for pacing, with
 //! a brief overshoot; `Reject`: returned to the caller and counted, for hard limits). Within a
 //! slot packets leave in FIFO order. Slot lists draw their nodes from one global pool of
-//! pre-allocated chunks of eight references ([`crate::store`]): no allocation per insert.
+//! pre-allocated chunks of eight references (the `store` module): no allocation per insert.
 //!
 //! Unlike Algorithm 1, which visits every slot between `front` and `now`, the wheel keeps a
 //! [`HierBitmap`] of non-empty slots and jumps straight to the next one, searching circularly

@@ -232,7 +232,7 @@ const RATE_UNITS: [(&str, u64); 5] = [
 
 /// Digits printed after the point at most, so that `1.5Gbit` reads as such and not as
 /// `1500000000bit`, while an odd rate still prints exactly (`1234.567kbit`).
-const RATE_DECIMALS: u32 = 3;
+pub const RATE_DECIMALS: u32 = 3;
 
 /// Exact, so that `Rate::parse(&rate.to_string()) == Ok(rate)` for every rate: the largest unit
 /// not above the rate in which it has at most [`RATE_DECIMALS`] decimals (`1.5Gbit`, `10Mbit`),

@@ -1,11 +1,12 @@
 //! `sluice`: the command-line front end.
 //!
 //! - `sluice bench queues|sched|flow|dp`: Sluice and its baselines side by side in one run
-//!   (see [`bench`]).
-//! - `sluice policy check FILE`: validate a policy file and print its scheduler (see [`policy`]).
-//! - `sluice run --config FILE`: the software NIC daemon (see [`run`], `sluice_dp::daemon`).
+//!   (see `src/bench/`).
+//! - `sluice policy check FILE`: validate a policy file and print its scheduler
+//!   (see `src/policy.rs`).
+//! - `sluice run --config FILE`: the software NIC daemon (see `src/run.rs`, `sluice_dp::daemon`).
 //! - `sluice demo`: the daemon shaping three classes of iperf3 traffic between namespaces.
-//! - `sluice top`: a live view of a running daemon's classes, rates and flows (see [`top`]).
+//! - `sluice top`: a live view of a running daemon's classes, rates and flows (see `src/top.rs`).
 
 mod bench;
 mod demo;

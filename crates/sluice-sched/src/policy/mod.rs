@@ -24,7 +24,7 @@ mod size;
 pub use fair::{Drr, Fq, Wfq};
 pub use order::{Edf, Fifo, Lstf, Prio};
 pub use rls::{HClock, Htb};
-pub use size::{Lqf, Pfabric, compress};
+pub use size::{LQF_LENGTHS, Lqf, Pfabric, compress};
 
 use crate::packet::Meta;
 use crate::units::Rate;

@@ -74,7 +74,7 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now ([`deadline_rank`]).
+/// now (see `deadline_rank`).
 #[derive(Debug, Default)]
 pub struct Edf;
 
@@ -109,7 +109,7 @@ impl Policy for Edf {
 /// Least slack time first: rank = arrival + slack, the time the packet runs out of slack.
 /// Waiting spends every queued packet's slack at the same pace, so this order stays right as
 /// time passes (Mittal et al.'s universal packet scheduling). Ranks are dense in time, and
-/// within a second of now ([`deadline_rank`]).
+/// within a second of now (see `deadline_rank`).
 #[derive(Debug, Default)]
 pub struct Lstf;
 
