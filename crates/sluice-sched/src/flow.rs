@@ -5,9 +5,12 @@
 //! short idle gaps (a TCP flow under TSQ empties after every packet; forgetting its pacing
 //! state then would let it burst). Emptied flows wait on an idle list in the order they
 //! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
-//! (O(1)), unless that flow is still paced (its gate's next release is ahead). A table whose
-//! flows all have packets, or whose longest idle flow is still paced, is full: the enqueue is
-//! rejected and counted.
+//! (O(1)), unless that flow is still paced (its gate's next release is ahead) or still owes its
+//! leaf's fair policy service it had ahead of its share while others are queued there (as Linux
+//! fq keeps a flow with negative credit; once the leaf is idle nobody waits behind the debt,
+//! and a table whose leaves went idle must not turn new flows away for ever). A table whose
+//! flows all have packets, or whose longest idle flow is still paced or owes, is full: the
+//! enqueue is rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -201,7 +204,10 @@ impl FlowTable {
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
     /// active flows, or the flow idle the longest is still paced at `now` (its gate's next
     /// release is ahead: reclaimed, its pacing state was lost, and a flow sharing a one-slot
-    /// table with another sent at 500 times its rate).
+    /// table with another sent at 500 times its rate), or `owes` says its policy still
+    /// remembers service it had ahead of its share (reclaimed, the debt was forgotten: an fq
+    /// flow that sent a 65 000 B frame came back first as a new flow instead of sitting out
+    /// the 21 rounds it owed).
     pub fn get_or_insert(
         &mut self,
         key: u64,
@@ -209,6 +215,7 @@ impl FlowTable {
         hint: Option<FlowId>,
         now: u64,
         gate: impl FnOnce() -> Option<Gate>,
+        owes: impl FnOnce(&Flow) -> bool,
     ) -> Option<FlowId> {
         if let Some(id) = self.hinted(key, leaf, hint) {
             if self.flows[id as usize].queued == 0 {
@@ -242,11 +249,10 @@ impl FlowTable {
         let id = if self.flows.len() < self.capacity {
             self.flows.push(fresh);
             (self.flows.len() - 1) as FlowId
-        } else if self.idle_head != NIL
-            && self.flows[self.idle_head as usize]
-                .gate
-                .is_none_or(|g| g.next_free() <= now)
-        {
+        } else if self.idle_head != NIL && {
+            let f = &self.flows[self.idle_head as usize];
+            f.gate.is_none_or(|g| g.next_free() <= now) && !owes(f)
+        } {
             let id = self.idle_head;
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
@@ -328,12 +334,12 @@ mod tests {
     #[test]
     fn reclaims_the_longest_idle_flow_and_never_an_active_one() {
         let mut t = FlowTable::new(2).unwrap();
-        let a = t.get_or_insert(1, 0, None, 0, || None).unwrap();
-        let b = t.get_or_insert(2, 0, None, 0, || None).unwrap();
+        let a = t.get_or_insert(1, 0, None, 0, || None, |_| false).unwrap();
+        let b = t.get_or_insert(2, 0, None, 0, || None, |_| false).unwrap();
         t.flows[a as usize].queued = 1;
         t.flows[b as usize].queued = 1;
         assert_eq!(
-            t.get_or_insert(3, 0, None, 0, || None),
+            t.get_or_insert(3, 0, None, 0, || None, |_| false),
             None,
             "full of active flows"
         );
@@ -342,36 +348,50 @@ mod tests {
         t.flows[a as usize].queued = 0;
         t.emptied(a);
         // b went idle first: it is reclaimed first.
-        let c = t.get_or_insert(3, 0, None, 0, || None).unwrap();
+        let c = t.get_or_insert(3, 0, None, 0, || None, |_| false).unwrap();
         assert_eq!(c, b);
         assert_eq!(t.find(2, 0), None);
         assert_eq!(t.find(1, 0), Some(a));
         // An idle flow that gets a packet again leaves the idle list.
-        assert_eq!(t.get_or_insert(1, 0, None, 0, || None), Some(a));
+        assert_eq!(t.get_or_insert(1, 0, None, 0, || None, |_| false), Some(a));
         t.flows[a as usize].queued = 1;
         t.flows[c as usize].queued = 1;
-        assert_eq!(t.get_or_insert(4, 0, None, 0, || None), None);
+        assert_eq!(t.get_or_insert(4, 0, None, 0, || None, |_| false), None);
         assert_eq!(t.reclaimed, 1);
     }
 
     #[test]
     fn a_hint_saves_the_lookup_only_when_it_names_the_flow() {
         let mut t = FlowTable::new(2).unwrap();
-        let a = t.get_or_insert(1, 0, None, 0, || None).unwrap();
-        assert_eq!(t.get_or_insert(1, 0, Some(a), 0, || None), Some(a));
+        let a = t.get_or_insert(1, 0, None, 0, || None, |_| false).unwrap();
+        assert_eq!(
+            t.get_or_insert(1, 0, Some(a), 0, || None, |_| false),
+            Some(a)
+        );
         // Out of range, another flow's id, another leaf: ignored, the lookup decides.
-        let b = t.get_or_insert(2, 0, Some(99), 0, || None).unwrap();
+        let b = t
+            .get_or_insert(2, 0, Some(99), 0, || None, |_| false)
+            .unwrap();
         assert_ne!(a, b);
-        assert_eq!(t.get_or_insert(2, 0, Some(a), 0, || None), Some(b));
-        assert_eq!(t.get_or_insert(1, 1, Some(a), 0, || None), None, "full");
+        assert_eq!(
+            t.get_or_insert(2, 0, Some(a), 0, || None, |_| false),
+            Some(b)
+        );
+        assert_eq!(
+            t.get_or_insert(1, 1, Some(a), 0, || None, |_| false),
+            None,
+            "full"
+        );
         // Stale: `a` was reclaimed for key 3; key 1's old id no longer names it.
         t.emptied(a);
-        let c = t.get_or_insert(3, 0, Some(a), 0, || None).unwrap();
+        let c = t
+            .get_or_insert(3, 0, Some(a), 0, || None, |_| false)
+            .unwrap();
         assert_eq!(c, a, "the idle slot was reused");
         t.flows[c as usize].queued = 1;
         t.flows[b as usize].queued = 1;
         assert_eq!(
-            t.get_or_insert(1, 0, Some(a), 0, || None),
+            t.get_or_insert(1, 0, Some(a), 0, || None, |_| false),
             None,
             "not key 3's flow"
         );
@@ -381,8 +401,8 @@ mod tests {
     #[test]
     fn same_key_in_two_leaves_is_two_flows() {
         let mut t = FlowTable::new(4).unwrap();
-        let a = t.get_or_insert(7, 0, None, 0, || None).unwrap();
-        let b = t.get_or_insert(7, 1, None, 0, || None).unwrap();
+        let a = t.get_or_insert(7, 0, None, 0, || None, |_| false).unwrap();
+        let b = t.get_or_insert(7, 1, None, 0, || None, |_| false).unwrap();
         assert_ne!(a, b);
     }
 }

@@ -233,10 +233,21 @@ impl OracleTree {
                     self.flows.push(fresh);
                     (self.flows.len() - 1) as u32
                 } else {
-                    // Not one still paced at `now`: its pacing state must outlive the gap.
+                    // Not one still paced at `now`: its pacing state must outlive the gap. Nor
+                    // one that owes its leaf's policy while others are queued there.
                     let paced = |f: &OFlow| f.gate.is_some_and(|g| g.next_free() > now);
+                    let owes = |f: &OFlow| {
+                        let node = &self.nodes[f.leaf as usize];
+                        node.pifos.iter().any(|q| !q.is_empty())
+                            && node.policy.owes(&f.member.tags, now)
+                    };
                     let id = match self.idle.front() {
-                        Some(&id) if !paced(&self.flows[id as usize]) => id,
+                        Some(&id)
+                            if !paced(&self.flows[id as usize])
+                                && !owes(&self.flows[id as usize]) =>
+                        {
+                            id
+                        }
                         _ => return Err(RejectReason::FlowTableFull),
                     };
                     self.idle.pop_front();

@@ -534,9 +534,13 @@ impl Scheduler {
         {
             return self.reject(RejectReason::BeyondHorizon, p.token);
         }
-        let Some(flow) = self.flows.get_or_insert(p.flow, leaf, p.flow_id, now, || {
-            own.or(cap).map(|r| Gate::new(r, burst))
-        }) else {
+        let nodes = &self.nodes;
+        let gate = || own.or(cap).map(|r| Gate::new(r, burst));
+        let owes = |f: &Flow| owes_busy_leaf(nodes, f, now);
+        let Some(flow) = self
+            .flows
+            .get_or_insert(p.flow, leaf, p.flow_id, now, gate, owes)
+        else {
             return self.reject(RejectReason::FlowTableFull, p.token);
         };
         let meta = Meta::new(p, flow, now);
@@ -1770,6 +1774,14 @@ fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
             secs(packet_ns)
         )
     })
+}
+
+/// Whether idle flow `f` still owes its leaf's policy service it had ahead of its share
+/// ([`Policy::owes`]) while other members are queued there, so that its slot is not given to a
+/// new flow ([`FlowTable::get_or_insert`]). Once the leaf is idle nobody waits behind the debt.
+fn owes_busy_leaf(nodes: &[Node], f: &Flow, now: u64) -> bool {
+    let leaf = &nodes[f.leaf as usize];
+    leaf.stats.arrived != leaf.stats.sent && leaf.policy.owes(&f.member.tags, now)
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first

@@ -4,8 +4,8 @@
 
 use sluice_sched::classify::Match;
 use sluice_sched::{
-    Fields, NodeId, NodeSpec, Packet, PolicyKind, Rate, RejectReason, SchedConfig, Scheduler,
-    ShaperConfig, TreeBuilder,
+    Fields, NodeId, NodeSpec, Packet, PolicyKind, Rate, RejectReason, Rejected, SchedConfig,
+    Scheduler, ShaperConfig, TreeBuilder,
 };
 use std::collections::HashMap;
 
@@ -2154,4 +2154,57 @@ fn fair_queuing_forgets_a_busy_period_once_the_node_is_idle() {
         }
     }
     assert!(wrong.is_empty(), "not alternating: {wrong:#?}");
+}
+
+/// A flow that owes its fair leaf service it had ahead of its share keeps its slot while
+/// others are queued there: a full table refuses a newcomer instead of forgetting the debt
+/// (as Linux fq keeps a flow with negative credit). Flows 1 and 2 stay backlogged; flow 3
+/// overdraws with one big frame and empties; flow 4 asks for a slot in a three-flow table.
+/// (Reclaimed for flow 4, flow 3 came back first as a new flow instead of sitting out the
+/// rounds it owed.) Once the leaf is idle, nobody waits behind the debt: the slot is given.
+#[test]
+fn a_flow_that_owes_its_fair_leaf_keeps_its_slot_while_others_wait() {
+    for policy in [
+        PolicyKind::Fq,
+        PolicyKind::Drr,
+        PolicyKind::Wfq,
+        PolicyKind::HClock,
+    ] {
+        let c = SchedConfig {
+            flows: 3,
+            max_packet: 65_536,
+            ..cfg(1000)
+        };
+        let mut s = one_leaf(c, NodeSpec::new("leaf", policy));
+        let mut token = 0;
+        let mut send = |s: &mut Scheduler, now: u64, flow: u64, len: u32| {
+            token += 1;
+            s.enqueue(now, &packet(token, 0, flow, len))
+        };
+        let now = S;
+        for _ in 0..30 {
+            send(&mut s, now, 1, 1500).unwrap();
+            send(&mut s, now, 2, 1500).unwrap();
+        }
+        send(&mut s, now, 3, 65_000).unwrap();
+        while s.dequeue(now).is_some_and(|d| d.flow != 3) {}
+        assert_eq!(
+            send(&mut s, now, 4, 100),
+            Err(Rejected {
+                reason: RejectReason::FlowTableFull,
+                token: 62
+            }),
+            "{policy:?}: flow 3 owes, its slot stays"
+        );
+        assert_eq!(s.stats().flows_reclaimed, 0, "{policy:?}");
+        // Flow 3 comes back behind 1 and 2: a debt of 65 000 B waits at least one of their
+        // packets (fq and drr: rounds of 1500 B quanta; wfq: their finish tags).
+        send(&mut s, now, 3, 1500).unwrap();
+        let next: Vec<u64> = (0..4).map(|_| s.dequeue(now).unwrap().flow).collect();
+        assert_ne!(next[0], 3, "{policy:?}: the debt is kept ({next:?})");
+        // The leaf goes idle: a newcomer takes the longest-idle slot whatever it owes.
+        while s.dequeue(now).is_some() {}
+        assert!(send(&mut s, now, 4, 100).is_ok(), "{policy:?}");
+        assert_eq!(s.stats().flows_reclaimed, 1, "{policy:?}");
+    }
 }

@@ -81,6 +81,10 @@ impl Policy for Wfq {
     fn virtual_time(&self) -> Option<u64> {
         Some(self.clock.v)
     }
+    fn owes(&self, tags: &Tags, _: u64) -> bool {
+        // Back, it starts at max(V, F); a new member at V.
+        tags.b > self.clock.v
+    }
     fn rebase(&mut self) -> u64 {
         self.clock.rebase()
     }
@@ -163,6 +167,10 @@ impl Policy for Drr {
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
         self.spend(tags, cfg, s.sent);
         [tags.a, ABSENT]
+    }
+    fn owes(&self, tags: &Tags, _: u64) -> bool {
+        // Rounds still owed for an overdraft (`activate` keeps them).
+        tags.c != 0 && tags.a > self.round
     }
 }
 
@@ -269,6 +277,10 @@ impl Policy for Fq {
         tags.c = s.now.saturating_add(1);
         self.spend(tags, cfg, s.sent);
         [tags.a, ABSENT]
+    }
+    fn owes(&self, tags: &Tags, _: u64) -> bool {
+        // Rounds still owed for an overdraft (`activate` keeps them).
+        tags.c != 0 && tags.a / 2 > self.round
     }
     fn set_param(&mut self, name: &str, value: u64) -> bool {
         match name {

@@ -317,6 +317,15 @@ pub trait Policy: fmt::Debug + Send {
         [0, ABSENT]
     }
 
+    /// Per member, gone idle: whether its tags remember service it had ahead of its share (a
+    /// debt of rounds, a finish tag past the virtual time), so that it would come back behind
+    /// where a new member starts. The flow table keeps such a flow while its leaf is busy
+    /// instead of giving its slot to a new flow, which would forget the debt (as Linux fq keeps
+    /// a flow with negative credit on its old list, not collected).
+    fn owes(&self, _tags: &Tags, _now: u64) -> bool {
+        false
+    }
+
     /// Per member: its weight or reservation (`cfg`, as it is now) was changed at run time.
     /// Its new ranks if the change moves it (the scheduler then moves it in every queue if it
     /// has packets available); `None` leaves it where it is.
@@ -579,6 +588,9 @@ impl Policy for AnyPolicy {
     }
     fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
         with_policy!(self, p => p.reconfigured(tags, cfg))
+    }
+    fn owes(&self, tags: &Tags, now: u64) -> bool {
+        with_policy!(self, p => p.owes(tags, now))
     }
 }
 
