@@ -47,6 +47,8 @@ struct Flow {
 
 struct Floor<Q> {
     queue: Q,
+    /// Rank by remaining sizes themselves (an exact queue, as the tree does), not compressed.
+    exact: bool,
     flows: Vec<Flow>,
     held: usize,
     sent: u64,
@@ -58,6 +60,8 @@ impl<Q: RankQueue<u32>> Sched for Floor<Q> {
     #[inline]
     fn enqueue(&mut self, now: u64, p: &Packet) -> bool {
         let id = p.flow_id.unwrap_or(p.token as u32);
+        let exact = self.exact;
+        let rank_of = |bytes| if exact { bytes } else { compress(bytes) };
         let f = &mut self.flows[id as usize];
         assert!(f.count < 2, "the loop keeps two packets per flow");
         let rec = Rec {
@@ -72,11 +76,11 @@ impl<Q: RankQueue<u32>> Sched for Floor<Q> {
         self.held += 1;
         if f.count == 1 {
             (f.min, f.at_min) = (rec.remaining, 1);
-            f.handle = self.queue.push(compress(f.min), id).ok();
+            f.handle = self.queue.push(rank_of(f.min), id).ok();
         } else if rec.remaining < f.min {
-            let before = compress(f.min);
+            let before = rank_of(f.min);
             (f.min, f.at_min) = (rec.remaining, 1);
-            let rank = compress(f.min);
+            let rank = rank_of(f.min);
             if let (Some(h), true) = (f.handle, rank != before) {
                 f.handle = self.queue.requeue(h, rank, id).ok();
             }
@@ -90,6 +94,7 @@ impl<Q: RankQueue<u32>> Sched for Floor<Q> {
     fn dequeue(&mut self, _now: u64) -> Option<Dequeued> {
         let first = self.queue.peek_min()?;
         let id = first.item;
+        let exact = self.exact;
         let f = &mut self.flows[id as usize];
         let rec = f.slots[usize::from(f.head)];
         f.head ^= 1;
@@ -107,7 +112,7 @@ impl<Q: RankQueue<u32>> Sched for Floor<Q> {
             if f.at_min == 0 {
                 (f.min, f.at_min) = (f.slots[usize::from(f.head)].remaining, 1);
             }
-            let rank = compress(f.min);
+            let rank = if exact { f.min } else { compress(f.min) };
             if let (Some(h), true) = (f.handle, rank != first.rank) {
                 f.handle = self.queue.requeue(h, rank, id).ok();
             }
@@ -141,9 +146,10 @@ impl<Q: RankQueue<u32>> Sched for Floor<Q> {
 
 /// Fill, warm up with `2 * flows` packets and time `packets` more, like `sched_probe`: the
 /// time per packet and the loop's checksum.
-fn measure<Q: RankQueue<u32>>(queue: Q, flows: usize, packets: u64) -> (f64, u64) {
+fn measure<Q: RankQueue<u32>>(queue: Q, exact: bool, flows: usize, packets: u64) -> (f64, u64) {
     let floor = Floor {
         queue,
+        exact,
         flows: vec![Flow::default(); flows],
         held: 0,
         sent: 0,
@@ -181,9 +187,9 @@ fn main() {
     };
     let capacity = PACKETS_PER_FLOW * flows;
     let built = if imp == "sluice" {
-        hffs(capacity).map(|q| measure(q, flows, packets))
+        hffs(capacity).map(|q| measure(q, false, flows, packets))
     } else {
-        BinaryHeapQueue::new(capacity).map(|q| measure(q, flows, packets))
+        BinaryHeapQueue::new(capacity).map(|q| measure(q, true, flows, packets))
     };
     match built {
         Ok((ns, sum)) => {
@@ -212,8 +218,13 @@ mod tests {
             let want = tree.run(packets);
             let capacity = PACKETS_PER_FLOW * flows;
             let got = match imp {
-                Impl::Sluice => measure(hffs(capacity).unwrap(), flows, packets),
-                Impl::Baseline => measure(BinaryHeapQueue::new(capacity).unwrap(), flows, packets),
+                Impl::Sluice => measure(hffs(capacity).unwrap(), false, flows, packets),
+                Impl::Baseline => measure(
+                    BinaryHeapQueue::new(capacity).unwrap(),
+                    true,
+                    flows,
+                    packets,
+                ),
             }
             .1;
             assert_eq!(got, want, "{imp:?}");

@@ -566,6 +566,9 @@ impl TreeBuilder {
                 queues.push(qs);
                 spans.push(shape.span());
             }
+            if queues.iter().all(|q| q.kind.exact()) {
+                policy.exact_queues();
+            }
             nodes.push(NodePlan {
                 name: spec.name.clone(),
                 parent: *parent,

@@ -28,7 +28,7 @@
 //! | case | Sluice | baseline |
 //! |---|---|---|
 //! | `hclock` | one hClock node over the flows with a 40 Gbit/s limit; each flow has a reservation (a quarter of its fair share), a limit (`flow_rate`, twice the fair share; a quarter of the flows carry a lower limit, half the fair share, in `pacing_bps`) and a weight; queues `auto` (cFFS), shaper a timing wheel | the same tree with every queue and the shaper a binary heap (the original hClock used min-heaps) |
-//! | `pfabric` | one pFabric leaf (`auto`: hierarchical FFS over compressed remaining sizes); packets carry their flow's remaining bytes, flows finish and restart with a new random size | the same leaf on a binary heap |
+//! | `pfabric` | one pFabric leaf (`auto`: hierarchical FFS over compressed remaining sizes); packets carry their flow's remaining bytes, flows finish and restart with a new random size | the same leaf on a binary heap (which orders exact remaining sizes) |
 //! | `fq_pacing` | one `fq` leaf; each flow paced at its own rate (`pacing_bps`, log-uniform from a quarter to four times its fair share of the link) by its gate in the timing-wheel shaper | [`crate::baseline::Fq`], the port of Linux fq, with the same rates as socket pacing rates |
 //! | `eiffel_fig47` | Eiffel Fig. 4.7: a root paced at 40 Gbit/s sharing by WFQ between leaf `a` (weight 1) and node `b` (weight 2, limited to 10 Gbit/s) whose leaves are `b1` (weight 1) and `b2` (weight 3, limited to 7 Gbit/s); flows spread over the leaves (half on `a`), fair-queued in each; queues `auto` (cFFS), shaper a timing wheel | the same tree on binary heaps |
 //!

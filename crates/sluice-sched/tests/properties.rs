@@ -2208,3 +2208,71 @@ fn a_flow_that_owes_its_fair_leaf_keeps_its_slot_while_others_wait() {
         assert_eq!(s.stats().flows_reclaimed, 1, "{policy:?}");
     }
 }
+
+/// A one-leaf policy file: `policy` on `queue`.
+fn one_leaf_file(policy: &str, queue: &str) -> Scheduler {
+    let text = format!(
+        "[[node]]\nname = \"leaf\"\npolicy = \"{policy}\"\nqueue = \"{queue}\"\n\
+         [scheduler]\ndefault = \"leaf\"\n"
+    );
+    sluice_sched::config::build_str(&text, "leaf.toml").unwrap()
+}
+
+/// On an exact queue pFabric ranks by the remaining sizes themselves: 1 000 000 B left goes
+/// before 1 000 400 B left, whatever came first. (Ranked by compressed sizes, as a bucketed
+/// queue needs, the two tied within 0.1% and left in arrival order on any queue.) On `auto`'s
+/// bucketed queue they still tie, as documented.
+#[test]
+fn pfabric_on_an_exact_queue_orders_by_exact_remaining_size() {
+    for (queue, first) in [
+        ("btree", 2),
+        ("binary_heap", 2),
+        ("skiplist", 2),
+        ("auto", 1),
+    ] {
+        let mut s = one_leaf_file("pfabric", queue);
+        for (token, remaining) in [(1u64, 1_000_400u64), (2, 1_000_000)] {
+            let mut p = packet(token, 0, token, 1500);
+            p.fields.remaining = remaining;
+            s.enqueue(0, &p).unwrap();
+        }
+        assert_eq!(s.dequeue(0).unwrap().flow, first, "{queue}");
+    }
+}
+
+/// On an exact queue EDF and LSTF rank by the times themselves: overdue packets leave by
+/// their deadlines too (a bucketed queue's window ranks them as due now, in arrival order).
+/// A packet without a deadline (0) goes after every packet with one, on any queue.
+#[test]
+fn edf_on_an_exact_queue_orders_overdue_packets_by_deadline() {
+    let mut s = one_leaf_file("edf", "btree");
+    let mut a = packet(1, 0, 1, 100);
+    a.fields.deadline = MS;
+    s.enqueue(0, &a).unwrap();
+    let mut b = packet(2, 0, 2, 100);
+    b.fields.deadline = MS / 2;
+    s.enqueue(2 * MS, &b).unwrap();
+    let order: Vec<u64> = (0..2).map(|_| s.dequeue(2 * MS).unwrap().token).collect();
+    assert_eq!(order, [2, 1]);
+
+    let mut s = one_leaf_file("lstf", "btree");
+    let mut a = packet(1, 0, 1, 100);
+    a.fields.slack = MS;
+    s.enqueue(0, &a).unwrap();
+    let b = packet(2, 0, 2, 100); // no slack: due on arrival, at 0.5 ms
+    s.enqueue(MS / 2, &b).unwrap();
+    let order: Vec<u64> = (0..2).map(|_| s.dequeue(2 * MS).unwrap().token).collect();
+    assert_eq!(order, [2, 1]);
+
+    for queue in ["btree", "auto", "cffs"] {
+        let mut s = one_leaf_file("edf", queue);
+        let now = 10 * S;
+        s.enqueue(now, &packet(1, 0, 1, 100)).unwrap();
+        let mut due = packet(2, 0, 2, 100);
+        due.fields.deadline = now + 900 * MS;
+        s.enqueue(now, &due).unwrap();
+        s.enqueue(now, &packet(3, 0, 3, 100)).unwrap();
+        let order: Vec<u64> = (0..3).map(|_| s.dequeue(now).unwrap().token).collect();
+        assert_eq!(order, [2, 1, 3], "{queue}: without a deadline, last");
+    }
+}

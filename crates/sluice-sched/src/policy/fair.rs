@@ -100,6 +100,9 @@ impl Policy for Wfq {
 /// `quantum` more per round until the deficit is positive again, and moves that many rounds
 /// ahead: a packet larger than the quantum may overdraw (as Linux fq allows), and its member
 /// then sits out the rounds it owes, so shares stay fair in bytes whatever the packet sizes.
+/// (Shreedhar and Varghese send a packet only if it fits the deficit, which needs its size
+/// before the member's turn: a child node's next packet is not known until it chooses one.
+/// The overdraft form sends up to a quantum plus a packet per visit; the shares are the same.)
 /// Members in one round leave in the order they joined it. Per member everywhere
 /// (tags: `a` = round, `b` = deficit, `c` = 1 once it was active).
 #[derive(Debug, Default)]

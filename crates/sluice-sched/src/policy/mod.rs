@@ -257,6 +257,12 @@ pub trait Policy: fmt::Debug + Send {
     /// The shape of ranks in queue `which` (0, or 1 for a dual policy's share queue).
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape;
 
+    /// The node's queues order ranks exactly (a heap, a B-tree, a skip list), not by bucket:
+    /// a policy that coarsens or clamps its ranks to fit a bucketed queue's range (pFabric's
+    /// compressed sizes, EDF's and LSTF's window of deadlines) ranks by the exact values, so
+    /// that the order is exactly the policy's.
+    fn exact_queues(&mut self) {}
+
     /// Per packet: rank an entry for a packet from a member. `floor` is the rank of the node's
     /// first entry, or `now` when it holds none (see [`Policy::ranks_by_time`]; `now` for
     /// other policies).
@@ -462,9 +468,9 @@ impl PolicyKind {
             PolicyKind::Prio => AnyPolicy::Prio(Prio),
             PolicyKind::Wfq => AnyPolicy::Wfq(Wfq::default()),
             PolicyKind::Drr => AnyPolicy::Drr(Drr::default()),
-            PolicyKind::Edf => AnyPolicy::Edf(Edf),
-            PolicyKind::Lstf => AnyPolicy::Lstf(Lstf),
-            PolicyKind::Pfabric => AnyPolicy::Pfabric(Pfabric),
+            PolicyKind::Edf => AnyPolicy::Edf(Edf::default()),
+            PolicyKind::Lstf => AnyPolicy::Lstf(Lstf::default()),
+            PolicyKind::Pfabric => AnyPolicy::Pfabric(Pfabric::default()),
             PolicyKind::Lqf => AnyPolicy::Lqf(Lqf::default()),
             PolicyKind::HClock => AnyPolicy::HClock(HClock::default()),
             PolicyKind::Htb => AnyPolicy::Htb(Htb::default()),
@@ -526,6 +532,9 @@ impl Policy for AnyPolicy {
     }
     fn shape(&self, cx: &ShapeCx, which: usize) -> RankShape {
         with_policy!(self, p => p.shape(cx, which))
+    }
+    fn exact_queues(&mut self) {
+        with_policy!(self, p => p.exact_queues())
     }
     #[inline]
     fn rank_packet(

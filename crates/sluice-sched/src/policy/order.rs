@@ -1,7 +1,7 @@
 //! Policies that rank each packet once, by arrival or by a field of the packet: FIFO, strict
 //! priority, EDF, LSTF. They run per packet at leaves and internal nodes alike.
 
-use super::{Mode, Policy, RankShape, ShapeCx, Tags};
+use super::{ABSENT, Mode, Policy, RankShape, ShapeCx, Tags};
 use crate::packet::Meta;
 use crate::policy::MemberCfg;
 use sluice_queue::Rank;
@@ -29,6 +29,19 @@ const DEADLINE_QUEUE_SPAN_NS: u64 = 2 * DEADLINE_SPAN_NS;
 /// first served among them), and deadlines already passed as due now (overdue packets leave
 /// first, in arrival order). Behind an older backlog, deadlines past `floor + 2 s` rank there,
 /// in arrival order, after everything queued, and the queue never clamps.
+///
+/// On an exact queue ([`Policy::exact_queues`]) there are no windows to stay in: the rank is
+/// `t` itself, so overdue packets too leave by their deadlines.
+#[inline]
+fn time_rank(exact: bool, t: u64, now: u64, floor: Rank) -> Rank {
+    if exact {
+        t.min(ABSENT - 1)
+    } else {
+        deadline_rank(t, now, floor)
+    }
+}
+
+/// See [`time_rank`].
 #[inline]
 fn deadline_rank(t: u64, now: u64, floor: Rank) -> Rank {
     let last = now
@@ -74,9 +87,13 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now (see `deadline_rank`).
+/// now on a bucketed queue (see [`time_rank`]). A packet without one (0) ranks after every
+/// packet with one, first come first served among them.
 #[derive(Debug, Default)]
-pub struct Edf;
+pub struct Edf {
+    /// Rank by the deadlines themselves ([`Policy::exact_queues`]).
+    exact: bool,
+}
 
 impl Policy for Edf {
     fn name(&self) -> &'static str {
@@ -99,7 +116,16 @@ impl Policy for Edf {
         now: u64,
         floor: Rank,
     ) -> Rank {
-        deadline_rank(pkt.deadline, now, floor)
+        // Not given: as late as a rank can be.
+        let t = if pkt.deadline == 0 {
+            u64::MAX
+        } else {
+            pkt.deadline
+        };
+        time_rank(self.exact, t, now, floor)
+    }
+    fn exact_queues(&mut self) {
+        self.exact = true;
     }
     fn ranks_by_time(&self) -> bool {
         true
@@ -109,9 +135,12 @@ impl Policy for Edf {
 /// Least slack time first: rank = arrival + slack, the time the packet runs out of slack.
 /// Waiting spends every queued packet's slack at the same pace, so this order stays right as
 /// time passes (Mittal et al.'s universal packet scheduling). Ranks are dense in time, and
-/// within a second of now (see `deadline_rank`).
+/// within a second of now on a bucketed queue (see [`time_rank`]).
 #[derive(Debug, Default)]
-pub struct Lstf;
+pub struct Lstf {
+    /// Rank by the times themselves ([`Policy::exact_queues`]).
+    exact: bool,
+}
 
 impl Policy for Lstf {
     fn name(&self) -> &'static str {
@@ -134,7 +163,15 @@ impl Policy for Lstf {
         now: u64,
         floor: Rank,
     ) -> Rank {
-        deadline_rank(pkt.arrival.saturating_add(pkt.slack), now, floor)
+        time_rank(
+            self.exact,
+            pkt.arrival.saturating_add(pkt.slack),
+            now,
+            floor,
+        )
+    }
+    fn exact_queues(&mut self) {
+        self.exact = true;
     }
     fn ranks_by_time(&self) -> bool {
         true

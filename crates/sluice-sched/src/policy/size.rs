@@ -25,9 +25,24 @@ pub fn compress(bytes: u64) -> Rank {
 /// queued packets and send their *earliest* packet (no reordering). A packet's `remaining`
 /// field is its flow's remaining bytes when it was sent. Tags: `a` = the minimum remaining,
 /// `b` = how many queued packets carry it (so the minimum is recomputed only when its last
-/// holder leaves). Ranks are [`compress`]ed remaining sizes.
+/// holder leaves). Ranks are [`compress`]ed remaining sizes, so that a fixed-range bucketed
+/// queue holds them (sizes within 0.1% of each other leave in arrival order); on an exact queue
+/// they are the sizes themselves ([`Policy::exact_queues`]).
 #[derive(Debug, Default)]
-pub struct Pfabric;
+pub struct Pfabric {
+    /// Rank by the remaining sizes themselves, not compressed.
+    exact: bool,
+}
+
+impl Pfabric {
+    fn rank(&self, bytes: u64) -> Rank {
+        if self.exact {
+            bytes.min(ABSENT - 1)
+        } else {
+            compress(bytes)
+        }
+    }
+}
 
 impl Policy for Pfabric {
     fn name(&self) -> &'static str {
@@ -41,10 +56,13 @@ impl Policy for Pfabric {
             max: compress(u64::MAX) + 1,
         }
     }
+    fn exact_queues(&mut self) {
+        self.exact = true;
+    }
     fn activate(&mut self, tags: &mut Tags, _: &MemberCfg, head: &Meta, _: u64) -> [Rank; 2] {
         tags.a = head.remaining;
         tags.b = 1;
-        [compress(tags.a), ABSENT]
+        [self.rank(tags.a), ABSENT]
     }
     fn arrived(
         &mut self,
@@ -55,11 +73,11 @@ impl Policy for Pfabric {
         _: u64,
     ) -> Option<[Rank; 2]> {
         if pkt.remaining < tags.a {
-            let before = compress(tags.a);
+            let before = self.rank(tags.a);
             tags.a = pkt.remaining;
             tags.b = 1;
             // Ranks are compressed sizes: a smaller size may keep the rank, and the place.
-            let rank = compress(tags.a);
+            let rank = self.rank(tags.a);
             (rank != before).then_some([rank, ABSENT])
         } else {
             if pkt.remaining == tags.a {
@@ -83,7 +101,7 @@ impl Policy for Pfabric {
             });
             (tags.a, tags.b) = (min, count);
         }
-        [compress(tags.a), ABSENT]
+        [self.rank(tags.a), ABSENT]
     }
 }
 
