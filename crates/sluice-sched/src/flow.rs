@@ -5,12 +5,12 @@
 //! short idle gaps (a TCP flow under TSQ empties after every packet; forgetting its pacing
 //! state then would let it burst). Emptied flows wait on an idle list in the order they
 //! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
-//! (O(1)), unless that flow is still paced (its gate's next release is ahead) or still owes its
-//! leaf's fair policy service it had ahead of its share while others are queued there (as Linux
-//! fq keeps a flow with negative credit; once the leaf is idle nobody waits behind the debt,
-//! and a table whose leaves went idle must not turn new flows away for ever). A table whose
-//! flows all have packets, or whose longest idle flow is still paced or owes, is full: the
-//! enqueue is rejected and counted.
+//! (O(1)), unless that flow is still paced (its gate has not gathered its whole burst again:
+//! a new gate would start with it) or still owes its leaf's fair policy service it had ahead
+//! of its share while others are queued there (as Linux fq keeps a flow with negative credit;
+//! once the leaf is idle nobody waits behind the debt, and a table whose leaves went idle must
+//! not turn new flows away for ever). A table whose flows all have packets, or whose longest
+//! idle flow is still paced or owes, is full: the enqueue is rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -202,9 +202,11 @@ impl FlowTable {
     }
 
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
-    /// active flows, or the flow idle the longest is still paced at `now` (its gate's next
-    /// release is ahead: reclaimed, its pacing state was lost, and a flow sharing a one-slot
-    /// table with another sent at 500 times its rate), or `owes` says its policy still
+    /// active flows, or the flow idle the longest is still paced at `now` (its gate has not yet
+    /// gathered its whole burst again: reclaimed, its pacing state was lost, and a flow sharing
+    /// a one-slot table with another sent at 500 times its rate; reclaimed as soon as its next
+    /// release had come, a flow with a 15 000 B burst at 10 Mbit/s got a fresh burst each time
+    /// and sent at 110), or `owes` says its policy still
     /// remembers service it had ahead of its share (reclaimed, the debt was forgotten: an fq
     /// flow that sent a 65 000 B frame came back first as a new flow instead of sitting out
     /// the 21 rounds it owed).
@@ -251,7 +253,7 @@ impl FlowTable {
             (self.flows.len() - 1) as FlowId
         } else if self.idle_head != NIL && {
             let f = &self.flows[self.idle_head as usize];
-            f.gate.is_none_or(|g| g.next_free() <= now) && !owes(f)
+            f.gate.is_none_or(|g| g.full(now)) && !owes(f)
         } {
             let id = self.idle_head;
             self.unlink_idle(id);

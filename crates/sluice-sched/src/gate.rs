@@ -145,6 +145,14 @@ impl Gate {
         u64::try_from(start >> 32).unwrap_or(u64::MAX)
     }
 
+    /// Whether the gate has been idle long enough at `now` to hold its whole burst again: then
+    /// it is as a new gate at its rate would be, and forgetting it changes nothing.
+    pub fn full(&self, now: u64) -> bool {
+        self.lts()
+            .saturating_add(self.rate.tx_time_fp(self.burst_bytes))
+            <= u128::from(now) << 32
+    }
+
     /// The earliest time the next packet could be released (ns, rounded down; saturated at
     /// u64::MAX, as [`Gate::stamp`] is).
     pub fn next_free(&self) -> u64 {
@@ -211,6 +219,25 @@ mod tests {
         assert_eq!(g.stamp(1_000_000, 1500), 1_000_000);
         assert_eq!(g.stamp(1_000_000, 1500), 1_012_000);
         assert_eq!(g.stamp(1_000_000, 1500), 1_024_000);
+    }
+
+    #[test]
+    fn full_once_the_whole_burst_is_gathered_again() {
+        // 1 Mbit/s: 1500 B take 12 ms, a 3000 B burst 24 ms.
+        let mut g = Gate::new(Rate::mbit(1), 3000);
+        assert!(g.full(24_000_000), "a new gate, from time 0");
+        g.stamp(100_000_000, 1500);
+        assert_eq!(g.next_free(), 100_000_000 - 24_000_000 + 12_000_000);
+        assert!(!g.full(g.next_free()), "free for a packet, but not whole");
+        assert!(!g.full(112_000_000 - 1));
+        assert!(g.full(112_000_000));
+        let mut g = Gate::new(Rate::mbit(1), 0);
+        g.stamp(0, 1500);
+        assert!(!g.full(12_000_000 - 1));
+        assert!(
+            g.full(12_000_000),
+            "no burst: whole once the packet's time has passed"
+        );
     }
 
     #[test]

@@ -235,7 +235,7 @@ impl OracleTree {
                 } else {
                     // Not one still paced at `now`: its pacing state must outlive the gap. Nor
                     // one that owes its leaf's policy while others are queued there.
-                    let paced = |f: &OFlow| f.gate.is_some_and(|g| g.next_free() > now);
+                    let paced = |f: &OFlow| f.gate.is_some_and(|g| !g.full(now));
                     let owes = |f: &OFlow| {
                         let node = &self.nodes[f.leaf as usize];
                         node.pifos.iter().any(|q| !q.is_empty())
