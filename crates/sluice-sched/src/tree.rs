@@ -332,6 +332,11 @@ pub(crate) struct Node {
 }
 
 /// The programmable scheduler. Build one with [`crate::TreeBuilder`] or from a policy file.
+///
+/// Time is passed in (`now`, ns) and should not go backwards from call to call. A `now`
+/// earlier than one already seen is safe (nothing is lost or sent twice, nothing panics), but
+/// what is decided at it follows that earlier time; run-time changes of rates and weights
+/// apply from the latest `now` seen.
 pub struct Scheduler {
     pub(crate) nodes: Vec<Node>,
     pub(crate) classifier: Classifier,
@@ -1078,7 +1083,10 @@ impl Scheduler {
     }
 
     /// When something may next be dequeued: `now` if a packet is ready, else the shaper's next
-    /// release, or `None` if nothing is held. A host sleeps until then.
+    /// release, or `None` if nothing is held. A host sleeps until then, and asks again if
+    /// `dequeue` then finds nothing: a release may move a packet on to another gate that holds
+    /// it, and a release beyond the shaper's horizon wakes the host at the horizon's end, to
+    /// be filed again (each answer is later than the last).
     pub fn next_event(&self, now: u64) -> Option<u64> {
         let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
         // `shaper_due` is u64::MAX both for an empty shaper and for releases at the end of
