@@ -87,7 +87,7 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now on a bucketed queue (see [`time_rank`]). A packet without one (0) ranks after every
+/// now on a bucketed queue (see `time_rank`). A packet without one (0) ranks after every
 /// packet with one, first come first served among them.
 #[derive(Debug, Default)]
 pub struct Edf {
@@ -135,7 +135,7 @@ impl Policy for Edf {
 /// Least slack time first: rank = arrival + slack, the time the packet runs out of slack.
 /// Waiting spends every queued packet's slack at the same pace, so this order stays right as
 /// time passes (Mittal et al.'s universal packet scheduling). Ranks are dense in time, and
-/// within a second of now on a bucketed queue (see [`time_rank`]).
+/// within a second of now on a bucketed queue (see `time_rank`).
 #[derive(Debug, Default)]
 pub struct Lstf {
     /// Rank by the times themselves ([`Policy::exact_queues`]).
