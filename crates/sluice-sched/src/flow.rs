@@ -9,8 +9,9 @@
 //! a new gate would start with it) or still owes its leaf's fair policy service it had ahead
 //! of its share while others are queued there (as Linux fq keeps a flow with negative credit;
 //! once the leaf is idle nobody waits behind the debt, and a table whose leaves went idle must
-//! not turn new flows away for ever). A table whose flows all have packets, or whose longest
-//! idle flow is still paced or owes, is full: the enqueue is rejected and counted.
+//! not turn new flows away for ever). Such a flow goes to the back of the idle list and the
+//! next is tried, a few at most. A table whose flows all have packets, or whose first idle
+//! flows are all still paced or owe, is full: the enqueue is rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -22,6 +23,9 @@ use crate::policy::Tags;
 use sluice_queue::Handle;
 
 pub(crate) const NIL: u32 = u32::MAX;
+
+/// Idle flows a new flow tries before the table counts as full ([`FlowTable::get_or_insert`]).
+pub(crate) const RECLAIM_TRIES: usize = 4;
 
 /// A member's place in its node: how many packets it has available, where it sits in the
 /// node's queue(s), and its ranking tags.
@@ -217,7 +221,7 @@ impl FlowTable {
         hint: Option<FlowId>,
         now: u64,
         gate: impl FnOnce() -> Option<Gate>,
-        owes: impl FnOnce(&Flow) -> bool,
+        owes: impl Fn(&Flow) -> bool,
     ) -> Option<FlowId> {
         if let Some(id) = self.hinted(key, leaf, hint) {
             if self.flows[id as usize].queued == 0 {
@@ -251,11 +255,7 @@ impl FlowTable {
         let id = if self.flows.len() < self.capacity {
             self.flows.push(fresh);
             (self.flows.len() - 1) as FlowId
-        } else if self.idle_head != NIL && {
-            let f = &self.flows[self.idle_head as usize];
-            f.gate.is_none_or(|g| g.full(now)) && !owes(f)
-        } {
-            let id = self.idle_head;
+        } else if let Some(id) = self.reclaimable(now, owes) {
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
             let h_old = self.index.hash(old.key, old.leaf);
@@ -268,6 +268,30 @@ impl FlowTable {
         };
         self.index.insert(h, id);
         Some(id)
+    }
+
+    /// The idle flow whose slot a new flow may take: the one idle the longest, unless its gate
+    /// has not gathered its whole burst again or `owes` (see [`FlowTable::get_or_insert`]).
+    /// Such a flow goes to the back of the idle list and the next is tried, up to
+    /// [`RECLAIM_TRIES`] of them, so that one slow flow at the front does not turn every new
+    /// flow away while others behind it could go, at O(1) per new flow.
+    fn reclaimable(&mut self, now: u64, owes: impl Fn(&Flow) -> bool) -> Option<FlowId> {
+        for _ in 0..RECLAIM_TRIES {
+            let id = self.idle_head;
+            if id == NIL {
+                return None;
+            }
+            let f = &self.flows[id as usize];
+            if f.gate.is_none_or(|g| g.full(now)) && !owes(f) {
+                return Some(id);
+            }
+            if id == self.idle_tail {
+                return None;
+            }
+            self.unlink_idle(id);
+            self.emptied(id);
+        }
+        None
     }
 
     /// The flow's last packet left: put it on the idle list.

@@ -17,6 +17,7 @@
 
 use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
+use crate::flow::RECLAIM_TRIES;
 use crate::gate::{Gate, capped, leaf_cap};
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
@@ -241,14 +242,23 @@ impl OracleTree {
                         node.pifos.iter().any(|q| !q.is_empty())
                             && node.policy.owes(&f.member.tags, now)
                     };
-                    let id = match self.idle.front() {
-                        Some(&id)
-                            if !paced(&self.flows[id as usize])
-                                && !owes(&self.flows[id as usize]) =>
-                        {
-                            id
+                    // The first of the first few idle flows that may go; one that may not
+                    // goes to the back.
+                    let mut found = None;
+                    for _ in 0..RECLAIM_TRIES {
+                        let Some(&id) = self.idle.front() else { break };
+                        let f = &self.flows[id as usize];
+                        if !paced(f) && !owes(f) {
+                            found = Some(id);
+                            break;
                         }
-                        _ => return Err(RejectReason::FlowTableFull),
+                        if self.idle.len() == 1 {
+                            break;
+                        }
+                        self.idle.rotate_left(1);
+                    }
+                    let Some(id) = found else {
+                        return Err(RejectReason::FlowTableFull);
                     };
                     self.idle.pop_front();
                     let old = &self.flows[id as usize];

@@ -2315,3 +2315,34 @@ fn a_paced_flow_keeps_its_slot_until_its_burst_is_whole_again() {
     let mbit = bytes as f64 * 8.0 / ((now - start) as f64 / 1e9) / 1e6;
     assert!(mbit < 10.5, "{mbit:.1} Mbit/s at 10");
 }
+
+/// An idle flow that may not give up its slot yet (its gate not whole again) does not turn
+/// new flows away while one idle behind it may: it goes to the back of the idle list. Flow 1
+/// (paced at 1 kbit/s: 12 s a packet) and flow 2 (unpaced) fill a two-flow table and empty,
+/// 1 first; flow 3 takes 2's slot. (Before, only the flow idle the longest was looked at, and
+/// flow 3 was refused for 12 s.)
+#[test]
+fn a_flow_that_may_not_go_does_not_block_the_idle_flows_behind_it() {
+    let mut b = TreeBuilder::new(SchedConfig {
+        flows: 2,
+        ..cfg(100)
+    });
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    let mut slow = packet(1, 0, 1, 1500);
+    slow.fields.pacing_bps = 1000;
+    s.enqueue(S, &slow).unwrap();
+    assert_eq!(s.dequeue(S).map(|d| d.flow), Some(1));
+    s.enqueue(S, &packet(2, 0, 2, 1500)).unwrap();
+    assert_eq!(s.dequeue(S).map(|d| d.flow), Some(2));
+    s.enqueue(S, &packet(3, 0, 3, 1500)).unwrap();
+    assert_eq!(s.stats().flows_reclaimed, 1);
+    assert_eq!(s.flow_id(leaf, 2), None, "2's slot went to 3");
+    assert!(
+        s.flow_next_release(leaf, 1).is_some_and(|t| t > S),
+        "1 keeps its pacing"
+    );
+    // Both left may not go now: 1 is still paced, 3 is not idle.
+    assert!(s.enqueue(S, &packet(4, 0, 4, 1500)).is_err());
+}
