@@ -249,12 +249,43 @@ type Val = Option<Spanned<Value>>;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    scheduler: Option<Spanned<RawScheduler>>,
-    shaper: Option<Spanned<RawShaper>>,
+    scheduler: Option<Spanned<Table<RawScheduler>>>,
+    shaper: Option<Spanned<Table<RawShaper>>>,
     #[serde(default)]
-    node: Vec<Spanned<RawNode>>,
+    node: Vec<Spanned<Table<RawNode>>>,
     #[serde(default)]
-    classify: Vec<Spanned<RawRule>>,
+    classify: Vec<Spanned<Table<RawRule>>>,
+}
+
+/// A `T` read from a TOML table only. serde's derived structs also take a sequence, its
+/// elements as the fields in order: `scheduler = [5, 7, 1500, "leaf"]` was a scheduler of 5
+/// packets, and a `[[classify]]` written as an array a rule. An array here is an error.
+struct Table<T>(T);
+
+impl<T> std::ops::Deref for Table<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Table<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                // What serde's derive says (`struct RawNode`), which `toml_error` rewords.
+                let name = std::any::type_name::<T>();
+                let name = name.rsplit("::").next().unwrap_or(name);
+                write!(f, "struct {name}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Table<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(m)).map(Table)
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -447,10 +478,10 @@ impl Ctx<'_> {
             ("struct RawQueueTable", "a table"),
             ("struct RawFile", "a table"),
         ] {
-            // serde says `struct RawNode`, or `struct RawNode with 4 elements` for an array
-            // where the table belongs.
+            // serde says `struct RawNode`, after `invalid type: sequence` for an array where
+            // the table belongs ([`Table`]).
             if expected.starts_with(serde_name) {
-                if what.starts_with("invalid length") {
+                if what == "invalid type: sequence" {
                     what = "an array".into();
                 }
                 expected = ours.to_string();
@@ -512,7 +543,7 @@ impl Ctx<'_> {
 
     fn scheduler(
         &self,
-        raw: Option<&Spanned<RawScheduler>>,
+        raw: Option<&Spanned<Table<RawScheduler>>>,
     ) -> Result<(SchedConfig, Option<Spanned<Value>>), PolicyError> {
         let mut cfg = SchedConfig::default();
         let Some(raw) = raw else {
@@ -531,7 +562,7 @@ impl Ctx<'_> {
         Ok((cfg, s.default.clone()))
     }
 
-    fn shaper(&self, raw: Option<&Spanned<RawShaper>>) -> Result<ShaperConfig, PolicyError> {
+    fn shaper(&self, raw: Option<&Spanned<Table<RawShaper>>>) -> Result<ShaperConfig, PolicyError> {
         let mut cfg = ShaperConfig::default();
         let Some(raw) = raw else {
             return Ok(cfg);
@@ -618,7 +649,7 @@ impl Ctx<'_> {
         Ok(cfg)
     }
 
-    fn node(&self, raw: &Spanned<RawNode>) -> Result<NodeDef, PolicyError> {
+    fn node(&self, raw: &Spanned<Table<RawNode>>) -> Result<NodeDef, PolicyError> {
         let n = raw.get_ref();
         let header = raw.span();
         let Some(name_v) = &n.name else {
@@ -809,7 +840,7 @@ impl Ctx<'_> {
     /// A rule's conditions and its `to`.
     fn rule<'r>(
         &self,
-        raw: &'r Spanned<RawRule>,
+        raw: &'r Spanned<Table<RawRule>>,
     ) -> Result<(Vec<Match>, &'r Spanned<Value>), PolicyError> {
         let r = raw.get_ref();
         let Some(to) = &r.to else {
@@ -2030,6 +2061,44 @@ queue = "binary_heap"
             &(tree_with("") + rule),
             15,
             &["\"1-70000\" is out of range"],
+        );
+    }
+
+    /// serde's derived structs take a sequence too, its elements as the fields in order: these
+    /// all compiled (a scheduler of 5 packets, a rule with eight conditions).
+    #[test]
+    fn an_array_in_place_of_a_table_is_refused() {
+        let root = "[[node]]\nname = \"root\"\npolicy = \"fifo\"\n";
+        fails(
+            &format!("scheduler = [5, 7, 1500, \"root\"]\n{root}"),
+            1,
+            &["an array", "a `[scheduler]` table"],
+        );
+        fails(
+            &format!("shaper = [\"1us\", \"2ms\", \"reject\", \"timing_wheel\"]\n{root}"),
+            1,
+            &["an array", "a `[shaper]` table"],
+        );
+        fails(
+            &format!(
+                "classify = [[\"root\", 7, 46, 100, \"tcp\", \"10.0.0.0/8\", \"10.0.0.0/8\", \
+                 80, \"443-444\"]]\n{root}"
+            ),
+            1,
+            &["an array", "a table: one `[[classify]]` per rule"],
+        );
+        let node = "[\"leaf\", \"fifo\", \"root\", \"auto\", \"10Mbit\", \"3KB\", 2, 0, 3028, \
+                    \"1Mbit\", \"1Mbit\", \"1KB\", 1, 3028, \"1Mbit\"]";
+        fails(
+            &format!("node = [\n  {{ name = \"root\", policy = \"wfq\" }},\n  {node},\n]\n"),
+            3,
+            &["an array", "a table: one `[[node]]` per node"],
+        );
+        // Shorter arrays were refused already (serde wanted every field), the same way.
+        fails(
+            "node = [[\"r\", \"fifo\"]]\n",
+            1,
+            &["t.toml:1:9: an array", "one `[[node]]` per node"],
         );
     }
 
