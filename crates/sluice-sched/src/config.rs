@@ -33,13 +33,13 @@
 //! parent = "root"             # omitted only for the one root
 //! queue = "auto"              # or a kind like "cffs", or { kind = "cffs", buckets = 4096, granularity = 1024 }
 //! rate = "1Gbit"              # rate limit on what leaves this node (HTB: ceil; hClock: limit)
-//! burst = "15KB"              # burst of that limit (size; default 0; needs `rate`)
+//! burst = "15KB"              # burst of that limit (size, 0..=4 GiB - 1; default 0; needs `rate`)
 //! weight = 3                  # share in its parent (1..=65536; default 1)
 //! priority = 0                # level in a prio parent (0..=255)
-//! quantum = "3028B"           # DRR/FQ quantum in its parent (size)
+//! quantum = "3028B"           # DRR/FQ quantum in its parent (size, 1 B..=4 GiB - 1)
 //! reservation = "100Mbit"     # hClock reservation / HTB guaranteed rate, in its parent
 //! flow_rate = "10Mbit"        # leaves only: pacing rate of every flow
-//! flow_burst = "3KB"          # leaves only (needs `flow_rate`)
+//! flow_burst = "3KB"          # leaves only (size, 0..=4 GiB - 1; needs `flow_rate`)
 //! flow_weight = 1             # leaves only
 //! flow_quantum = "3028B"      # leaves only
 //! flow_reservation = "1Mbit"  # leaves only
@@ -80,6 +80,10 @@ pub const MAX_COUNT: u64 = crate::builder::MAX_PACKETS as u64;
 
 /// Most buckets in a node's queue, and most shaper slots, a policy file may ask for.
 pub const MAX_BUCKETS: u64 = 1 << 24;
+
+/// Largest size a policy file may give (`max_packet`, `quantum`, `burst`, ...): 4 GiB - 1 B.
+/// A burst beyond it would let a gate send gigabytes at once, past any queue.
+pub const MAX_SIZE: u64 = u32::MAX as u64;
 
 /// Most nodes in a tree.
 const MAX_NODES: usize = u16::MAX as usize;
@@ -557,7 +561,7 @@ impl Ctx<'_> {
             cfg.flows = self.int("flows", v, 1, MAX_COUNT as i64)? as usize;
         }
         if let Some(v) = &s.max_packet {
-            cfg.max_packet = self.size("max_packet", v, 1, u64::from(u32::MAX))? as u32;
+            cfg.max_packet = self.size("max_packet", v, 1, MAX_SIZE)? as u32;
         }
         Ok((cfg, s.default.clone()))
     }
@@ -688,7 +692,7 @@ impl Ctx<'_> {
             spec.rate = Some(self.rate("rate", v)?);
         }
         if let Some(v) = &n.burst {
-            spec.burst = self.size("burst", v, 0, u64::MAX)?;
+            spec.burst = self.size("burst", v, 0, MAX_SIZE)?;
             if spec.rate.is_none() {
                 return Err(self.err(
                     v.span(),
@@ -711,7 +715,7 @@ impl Ctx<'_> {
             spec.flow_rate = Some(self.rate("flow_rate", v)?);
         }
         if let Some(v) = &n.flow_burst {
-            spec.flow_burst = self.size("flow_burst", v, 0, u64::MAX)?;
+            spec.flow_burst = self.size("flow_burst", v, 0, MAX_SIZE)?;
             if spec.flow_rate.is_none() {
                 return Err(self.err(
                     v.span(),
@@ -762,7 +766,7 @@ impl Ctx<'_> {
             m.weight = self.int(&format!("{prefix}weight"), v, 1, i64::from(MAX_WEIGHT))? as u32;
         }
         if let Some(v) = quantum {
-            m.quantum = self.size(&format!("{prefix}quantum"), v, 1, u64::from(u32::MAX))? as u32;
+            m.quantum = self.size(&format!("{prefix}quantum"), v, 1, MAX_SIZE)? as u32;
         }
         if let Some(v) = reservation {
             m.reservation = Some(self.rate(&format!("{prefix}reservation"), v)?);
@@ -1195,13 +1199,9 @@ impl Ctx<'_> {
     }
 
     fn size(&self, key: &str, v: &Spanned<Value>, lo: u64, hi: u64) -> Result<u64, PolicyError> {
-        let bounds = if hi >= i64::MAX as u64 {
-            String::new()
-        } else {
-            format!(", {lo}..={hi} bytes")
-        };
         let expected = format!(
-            "a size like \"1500B\", \"64KiB\" or \"1MB\", or a whole number of bytes{bounds}"
+            "a size like \"1500B\", \"64KiB\" or \"1MB\", or a whole number of bytes, \
+             {lo}..={hi} bytes"
         );
         let bytes = match v.get_ref() {
             Value::Integer(i) => u64::try_from(*i).ok(),
@@ -2281,6 +2281,37 @@ queue = "binary_heap"
         );
         fails(&tree_with("queue = { buckets = 8 }"), 4, &["no `kind`"]);
         fails(&tree_with("queue = 5"), 4, &["`queue`"]);
+    }
+
+    /// Bursts were taken up to 2^63 bytes (8 EiB: a gate that never closes); they are sizes
+    /// like the others, below 4 GiB.
+    #[test]
+    fn bursts_are_capped_like_other_sizes() {
+        let leaf = |extra: &str| {
+            format!(
+                "[[node]]\nname = \"r\"\npolicy = \"fq\"\nrate = \"1Gbit\"\nflow_rate = \"1Mbit\"\n{extra}\n"
+            )
+        };
+        for (line, key) in [
+            ("burst = \"5GB\"", "`burst`"),
+            ("burst = 9223372036854775807", "`burst`"),
+            ("flow_burst = \"4294967296B\"", "`flow_burst`"),
+            ("flow_burst = \"8e18B\"", "`flow_burst`"),
+        ] {
+            fails(
+                &leaf(line),
+                6,
+                &[key, "out of range", "0..=4294967295 bytes"],
+            );
+        }
+        for line in ["burst = \"4294967295B\"", "flow_burst = 4294967295"] {
+            let built = build_str(&leaf(line), "t.toml");
+            assert!(
+                built.is_ok(),
+                "{line}: {:?}",
+                built.err().map(|e| e.to_string())
+            );
+        }
     }
 
     #[test]
