@@ -1675,6 +1675,46 @@ queue = "binary_heap"
         assert!(!d.contains("weight 7"), "prio takes no weight:\n{d}");
     }
 
+    /// Buckets so coarse that a policy's ranks share one or two: weights 3 : 1 shared 1 : 1
+    /// under wfq, all members in one bucket. Not under `auto`, nor buckets that keep a
+    /// largest packet's step at weight 1 apart.
+    #[test]
+    fn the_description_notes_buckets_too_coarse_for_the_ranks() {
+        let wfq = |g: &str| {
+            tree_with(&format!(
+                "queue = {{ kind = \"cffs\", buckets = 4096, granularity = {g} }}"
+            ))
+        };
+        let d = build_str(&wfq("1099511627776"), "t.toml")
+            .unwrap()
+            .describe();
+        let want = "note: node `root`: its queue `cffs` has buckets of 1099511627776 rank units, \
+                    more than half the 8589934592 that policy `wfq` ranks over: its ranks share \
+                    one or two buckets, whose entries leave in arrival order, so its members take \
+                    turns whatever their weights until their ranks reach the next bucket";
+        assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        for fine in [wfq("4294967296"), wfq("1048576"), tree_with("")] {
+            let d = build_str(&fine, "t.toml").unwrap().describe();
+            assert!(!d.contains("more than half"), "{d}");
+        }
+        // Deadlines two seconds ahead in buckets of 2^31 ns.
+        let edf = tree_with("queue = { kind = \"cffs\", granularity = 2147483648 }")
+            .replacen("wfq", "edf", 1);
+        let d = build_str(&edf, "t.toml").unwrap().describe();
+        assert!(
+            d.contains("the 2000000000 that policy `edf` ranks over")
+                && d.contains("so its policy's order is lost"),
+            "{d}"
+        );
+        // Every policy under `auto` is fine.
+        for policy in ["prio", "wfq", "lqf", "edf", "lstf", "drr", "hclock", "htb"] {
+            let d = build_str(&tree_with("").replacen("wfq", policy, 1), "t.toml")
+                .unwrap()
+                .describe();
+            assert!(!d.contains("more than half"), "{policy}: {d}");
+        }
+    }
+
     /// A root `r` at `rates[0]` over an fq leaf `a` (rate `rates[1]`, flows at `rates[2]`) and a
     /// fifo leaf `b` at `rates[3]`, with a `[shaper]` table `shaper` (or none).
     fn gated_tree(shaper: &str, rates: [&str; 4]) -> String {

@@ -1581,6 +1581,33 @@ impl Scheduler {
                         n.policy.name()
                     );
                 }
+                // Buckets so coarse that the ranks a policy keeps apart share one or two of
+                // them (for wfq, a bucket wider than one largest packet's step at weight 1):
+                // entries in a bucket leave in arrival order, so the policy's order is lost.
+                // Not for prio, said above, nor a single level (fifo).
+                if !q.kind.exact()
+                    && n.policy.name() != "prio"
+                    && span > 1
+                    && q.granularity.saturating_mul(2) > span
+                {
+                    let lost = if n.policy.weighs() {
+                        "its members take turns whatever their weights"
+                    } else {
+                        "its policy's order is lost"
+                    };
+                    let _ = writeln!(
+                        out,
+                        "note: node `{}`: its queue `{}` has buckets of {} rank units, more \
+                         than half the {span} that policy `{}` ranks over: its ranks share one \
+                         or two buckets, whose entries leave in arrival order, so {lost} until \
+                         their ranks reach the next bucket; a smaller `granularity`, or \
+                         `queue = \"auto\"`",
+                        n.name,
+                        q.kind,
+                        q.granularity,
+                        n.policy.name()
+                    );
+                }
             }
             // Rates the wheel's slot cannot space: their packets take less than a slot.
             if self.horizon.ns != u64::MAX {
