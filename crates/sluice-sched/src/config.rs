@@ -1715,6 +1715,65 @@ queue = "binary_heap"
         }
     }
 
+    /// Reservations the rate limit above them cannot carry: one child's alone (the note said
+    /// so only for the child's own limit), or all of them together.
+    #[test]
+    fn the_description_notes_reservations_above_the_parents_limit() {
+        let tree = |root: &str, a: &str, b: &str| {
+            format!(
+                "[scheduler]\ndefault = \"a\"\n\
+                 [[node]]\nname = \"r\"\npolicy = \"wfq\"\n{root}\n\
+                 [[node]]\nname = \"p\"\nparent = \"r\"\npolicy = \"hclock\"\n\
+                 [[node]]\nname = \"a\"\nparent = \"p\"\npolicy = \"fifo\"\n{a}\n\
+                 [[node]]\nname = \"b\"\nparent = \"p\"\npolicy = \"fifo\"\n{b}\n\
+                 [[node]]\nname = \"c\"\nparent = \"r\"\npolicy = \"fifo\"\n"
+            )
+        };
+        let describe = |text: String| build_str(&text, "t.toml").unwrap().describe();
+        // The parent's own limit.
+        let one = tree("", "reservation = \"5Gbit\"", "reservation = \"1Mbit\"").replace(
+            "policy = \"hclock\"\n",
+            "policy = \"hclock\"\nrate = \"1Gbit\"\n",
+        );
+        let d = describe(one);
+        assert!(
+            d.contains(
+                "note: node `a`: its reservation 5Gbit is above the rate limit 1Gbit of `p`, its \
+                 parent, which it never exceeds"
+            ),
+            "{d}"
+        );
+        assert!(!d.contains("add up to"), "{d}");
+        // Together, under a limit further up.
+        let d = describe(tree(
+            "rate = \"1Gbit\"",
+            "reservation = \"600Mbit\"",
+            "reservation = \"500Mbit\"",
+        ));
+        assert!(
+            d.contains(
+                "note: node `p`: its children's reservations add up to 1.1Gbit, above the rate \
+                 limit 1Gbit of `r` above it: they cannot all be met at once"
+            ),
+            "{d}"
+        );
+        // Within the limit, or with no limit: nothing.
+        for text in [
+            tree(
+                "rate = \"1Gbit\"",
+                "reservation = \"500Mbit\"",
+                "reservation = \"500Mbit\"",
+            ),
+            tree("", "reservation = \"5Gbit\"", "reservation = \"5Gbit\""),
+        ] {
+            let d = describe(text);
+            assert!(
+                !d.contains("is above the rate limit") && !d.contains("add up to"),
+                "{d}"
+            );
+        }
+    }
+
     /// A root `r` at `rates[0]` over an fq leaf `a` (rate `rates[1]`, flows at `rates[2]`) and a
     /// fifo leaf `b` at `rates[3]`, with a `[shaper]` table `shaper` (or none).
     fn gated_tree(shaper: &str, rates: [&str; 4]) -> String {

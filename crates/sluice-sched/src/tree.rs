@@ -1553,7 +1553,7 @@ impl Scheduler {
     /// Notes on settings that build but cannot do what they seem to say.
     fn describe_node_notes(&self, out: &mut String) {
         use std::fmt::Write as _;
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
             // Strict priority on buckets of several levels: those levels leave in arrival order.
             let q = &n.queue_specs[0];
             if n.policy.name() == "prio" && !q.kind.exact() && q.granularity > 1 {
@@ -1630,6 +1630,11 @@ impl Scheduler {
                     }
                 }
             }
+            // Children's reservations that the limit above them cannot all carry: each alone,
+            // or together.
+            if n.policy.dual() && !n.leaf {
+                self.describe_reservation_notes(i, out);
+            }
             // A reservation above the node's own limit: the limit wins.
             let Some(p) = n.parent else { continue };
             let parent = &self.nodes[p as usize];
@@ -1645,6 +1650,71 @@ impl Scheduler {
                     );
                 }
             }
+        }
+    }
+
+    /// Notes for the children of dual node `i` (hclock, htb) whose reservations are above the
+    /// lowest rate limit on the way up from it (its own or an ancestor's), which caps
+    /// everything the children send: one child's alone, or all of them together.
+    fn describe_reservation_notes(&self, i: usize, out: &mut String) {
+        use std::fmt::Write as _;
+        let n = &self.nodes[i];
+        let mut limit: Option<(Rate, usize)> = None;
+        let mut at = Some(i);
+        while let Some(a) = at {
+            let node = &self.nodes[a];
+            if let Some(g) = node.gate {
+                if limit.is_none_or(|(r, _)| g.rate() < r) {
+                    limit = Some((g.rate(), a));
+                }
+            }
+            at = node.parent.map(usize::from);
+        }
+        let Some((limit, by)) = limit else { return };
+        let whose = if by == i {
+            format!("the rate limit {limit} of `{}`, its parent", n.name)
+        } else {
+            format!(
+                "the rate limit {limit} of `{}` above it",
+                self.nodes[by].name
+            )
+        };
+        let reserved: Vec<(usize, Rate)> = n
+            .member_cfg
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, m)| m.reservation.map(|r| (slot, r)))
+            .collect();
+        let mut one_above = false;
+        for &(slot, r) in &reserved {
+            if r > limit {
+                one_above = true;
+                let child = &self.nodes[usize::from(n.children[slot])];
+                let _ = writeln!(
+                    out,
+                    "note: node `{}`: its reservation {r} is above {whose}, which it never \
+                     exceeds",
+                    child.name
+                );
+            }
+        }
+        let sum: u128 = reserved.iter().map(|&(_, r)| u128::from(r.bps())).sum();
+        if reserved.len() > 1 && !one_above && sum > u128::from(limit.bps()) {
+            let sum = u64::try_from(sum)
+                .ok()
+                .and_then(Rate::new)
+                .map_or(format!("{sum}bit"), |r| r.to_string());
+            let whose = if by == i {
+                format!("its rate limit {limit}")
+            } else {
+                whose.clone()
+            };
+            let _ = writeln!(
+                out,
+                "note: node `{}`: its children's reservations add up to {sum}, above {whose}: \
+                 they cannot all be met at once",
+                n.name
+            );
         }
     }
 
