@@ -22,8 +22,10 @@
 //! The shaper is a timing wheel unless configured otherwise.
 
 use crate::classify::{Classifier, Match, Rule};
-use crate::policy::{MAX_WEIGHT, MemberCfg, Mode, Policy, PolicyKind, RankShape, ShapeCx};
-use crate::tree::{MAX_DEPTH, Node, NodeId, NodeStats, Scheduler};
+use crate::policy::{
+    AnyPolicy, MAX_WEIGHT, MemberCfg, Mode, Policy, PolicyKind, RankShape, ShapeCx,
+};
+use crate::tree::{MAX_DEPTH, Node, NodeId, NodeStats, Scheduler, Uses};
 use crate::units::Rate;
 use sluice_queue::approx_gradient::Window;
 use sluice_queue::{ConfigError, Overflow, QueueKind, QueueSpec};
@@ -305,6 +307,8 @@ pub(crate) struct Plan {
     pub shaper: QueueSpec,
     pub horizon: Horizon,
     pub beyond_horizon: Overflow,
+    /// Notes on settings dropped because they cannot take effect ([`ignored_settings`]).
+    pub ignored: Vec<String>,
 }
 
 /// How far ahead the one shaper holds a release.
@@ -471,6 +475,7 @@ impl TreeBuilder {
         }
 
         let mut nodes = Vec::with_capacity(n);
+        let mut ignored = Vec::new();
         let mut buckets = 0usize;
         for (i, (spec, parent)) in self.specs.iter().enumerate() {
             let leaf = children[i].is_empty();
@@ -492,6 +497,7 @@ impl TreeBuilder {
             let mut policy = kind.build();
             policy.set_param("capacity", self.cfg.capacity as u64);
             let mode = policy.mode(leaf);
+            ignored_settings(spec, parent.is_none(), leaf, &policy, &mut ignored);
             let member_cfg: Vec<MemberCfg> = if leaf {
                 vec![spec.flows]
             } else {
@@ -606,6 +612,13 @@ impl TreeBuilder {
                 "the shaper's timing wheel needs at least 2 slots".into(),
             ));
         }
+        if s.kind.exact() && s.beyond_horizon == Overflow::Reject {
+            ignored.push(format!(
+                "the shaper: `beyond_horizon = \"reject\"` has no effect: its queue `{}` is \
+                 exact and has no horizon, so no release is ever beyond it",
+                s.kind
+            ));
+        }
         let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;
@@ -629,6 +642,7 @@ impl TreeBuilder {
             shaper,
             horizon,
             beyond_horizon: s.beyond_horizon,
+            ignored,
         })
     }
 
@@ -681,8 +695,127 @@ impl TreeBuilder {
             plan.horizon,
             plan.beyond_horizon,
         )
+        .map(|mut s| {
+            s.ignored = plan.ignored;
+            s
+        })
         .map_err(|_| BuildError::OutOfMemory(plan.capacity.max(plan.flows)))
     }
+}
+
+/// Notes, pushed to `out`, on what of node `spec` (the `root`, a `leaf` or neither, with its
+/// built `policy`) the tree drops because it cannot take effect there: the keys that place a
+/// node in its parent, on the root; a leaf's flow settings its policy does not use ([`Uses`]);
+/// the buckets of an exact queue. Member and flow settings count as given when they differ
+/// from the defaults (where a default is dropped, nothing changes either way).
+fn ignored_settings(
+    spec: &NodeSpec,
+    root: bool,
+    leaf: bool,
+    policy: &AnyPolicy,
+    out: &mut Vec<String>,
+) {
+    let name = &spec.name;
+    let none = MemberCfg::default();
+    // The keys of `m` that differ from the default, with whether `uses` takes each.
+    let given = |m: &MemberCfg, uses: Uses| {
+        [
+            ("weight", m.weight != none.weight, uses.weight),
+            ("priority", m.priority.is_some(), uses.priority),
+            ("quantum", m.quantum != none.quantum, uses.quantum),
+            ("reservation", m.reservation.is_some(), uses.reservation),
+        ]
+        .into_iter()
+        .filter(|&(_, set, _)| set)
+        .map(|(key, _, used)| (key, used))
+        .collect::<Vec<_>>()
+    };
+    if root {
+        let keys: Vec<String> = given(&spec.member, Uses::default())
+            .iter()
+            .map(|(k, _)| format!("`{k}`"))
+            .collect();
+        if !keys.is_empty() {
+            out.push(format!(
+                "node `{name}`: {} ignored: {} a node in its parent, and the root has no \
+                 parent",
+                are(&keys),
+                if keys.len() == 1 {
+                    "it places"
+                } else {
+                    "they place"
+                }
+            ));
+        }
+    }
+    if leaf {
+        let flows = given(&spec.flows, Uses::of(policy));
+        let unused: Vec<String> = flows
+            .iter()
+            .filter(|(_, used)| !used)
+            .map(|(k, _)| format!("`flow_{k}`"))
+            .collect();
+        if !unused.is_empty() {
+            let all = Uses::of(policy);
+            let takes: Vec<String> = [
+                ("flow_weight", all.weight),
+                ("flow_quantum", all.quantum),
+                ("flow_reservation", all.reservation),
+            ]
+            .into_iter()
+            .filter(|&(_, used)| used)
+            .map(|(k, _)| format!("`{k}`"))
+            .collect();
+            let takes = if takes.is_empty() {
+                "none of them".to_string()
+            } else {
+                format!("only {}", join_and(&takes))
+            };
+            out.push(format!(
+                "node `{name}`: {} ignored: policy `{}` does not use {} for its flows (of \
+                 `flow_weight`, `flow_quantum` and `flow_reservation` it uses {takes})",
+                are(&unused),
+                policy.name(),
+                if unused.len() == 1 { "it" } else { "them" }
+            ));
+        }
+    }
+    if let QueueChoice::Kind {
+        kind,
+        buckets,
+        granularity,
+    } = spec.queue
+    {
+        let keys: Vec<String> = [
+            ("buckets", buckets.is_some()),
+            ("granularity", granularity.is_some()),
+        ]
+        .into_iter()
+        .filter(|&(_, set)| set)
+        .map(|(k, _)| format!("`{k}`"))
+        .collect();
+        if kind.exact() && !keys.is_empty() {
+            out.push(format!(
+                "node `{name}`: {} ignored: its queue `{kind}` is exact and has no buckets",
+                are(&keys)
+            ));
+        }
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// `a is`, `a and b are`.
+fn are(items: &[String]) -> String {
+    let verb = if items.len() == 1 { "is" } else { "are" };
+    format!("{} {verb}", join_and(items))
 }
 
 /// Eiffel's threshold in Fig. 4.20: up to this many levels the choice of queue matters little,

@@ -1774,6 +1774,55 @@ queue = "binary_heap"
         }
     }
 
+    /// Settings dropped without a word: the keys that place a node in its parent on the root,
+    /// flow settings a leaf's policy does not use, buckets of an exact queue, `reject` with an
+    /// exact shaper (which has no horizon).
+    #[test]
+    fn the_description_notes_settings_dropped_where_they_cannot_take_effect() {
+        let text = "[shaper]\nqueue = \"btree\"\nbeyond_horizon = \"reject\"\n\
+                    [scheduler]\ndefault = \"f\"\n\
+                    [[node]]\nname = \"r\"\npolicy = \"wfq\"\nweight = 3\nreservation = \"1Mbit\"\n\
+                    queue = { kind = \"binary_heap\", buckets = 16, granularity = 4 }\n\
+                    [[node]]\nname = \"f\"\nparent = \"r\"\npolicy = \"fq\"\n\
+                    flow_weight = 2\nflow_quantum = 1514\n\
+                    [[node]]\nname = \"o\"\nparent = \"r\"\npolicy = \"fifo\"\n\
+                    flow_weight = 2\nflow_reservation = \"1Mbit\"\n\
+                    [[node]]\nname = \"h\"\nparent = \"r\"\npolicy = \"hclock\"\n\
+                    flow_weight = 2\nflow_reservation = \"1Mbit\"\nflow_quantum = 100\n\
+                    [[node]]\nname = \"s\"\nparent = \"r\"\npolicy = \"drr\"\nflow_quantum = 100\n\
+                    queue = { kind = \"skiplist\", granularity = 2 }\n";
+        let d = build_str(text, "t.toml").unwrap().describe();
+        for want in [
+            "note: node `r`: `weight` and `reservation` are ignored: they place a node in its \
+             parent, and the root has no parent",
+            "note: node `r`: `buckets` and `granularity` are ignored: its queue `binary_heap` is \
+             exact and has no buckets",
+            "note: node `f`: `flow_weight` is ignored: policy `fq` does not use it for its flows \
+             (of `flow_weight`, `flow_quantum` and `flow_reservation` it uses only \
+             `flow_quantum`)",
+            "note: node `o`: `flow_weight` and `flow_reservation` are ignored: policy `fifo` does \
+             not use them for its flows (of `flow_weight`, `flow_quantum` and \
+             `flow_reservation` it uses none of them)",
+            "note: node `h`: `flow_quantum` is ignored: policy `hclock` does not use it for its \
+             flows (of `flow_weight`, `flow_quantum` and `flow_reservation` it uses only \
+             `flow_weight` and `flow_reservation`)",
+            "note: node `s`: `granularity` is ignored: its queue `skiplist` is exact",
+            "note: the shaper: `beyond_horizon = \"reject\"` has no effect: its queue `btree` is \
+             exact and has no horizon, so no release is ever beyond it",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        assert_eq!(d.matches("note: node `s`").count(), 1, "{d}");
+        // Settings that take effect, and defaults, are not noted.
+        let used = "[shaper]\nqueue = \"btree\"\n\
+                    [[node]]\nname = \"r\"\npolicy = \"wfq\"\nweight = 1\nquantum = 3028\n\
+                    queue = { kind = \"cffs\", buckets = 4096 }\n\
+                    [[node]]\nname = \"f\"\nparent = \"r\"\npolicy = \"fq\"\nflow_quantum = 1514\n\
+                    [[node]]\nname = \"w\"\nparent = \"r\"\npolicy = \"wfq\"\nflow_weight = 2\n";
+        let d = build_str(used, "t.toml").unwrap().describe();
+        assert!(!d.contains("ignored") && !d.contains("no effect"), "{d}");
+    }
+
     /// A root `r` at `rates[0]` over an fq leaf `a` (rate `rates[1]`, flows at `rates[2]`) and a
     /// fifo leaf `b` at `rates[3]`, with a `[shaper]` table `shaper` (or none).
     fn gated_tree(shaper: &str, rates: [&str; 4]) -> String {

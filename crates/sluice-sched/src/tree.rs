@@ -368,6 +368,9 @@ pub struct Scheduler {
     /// A rebase's list of one queue's members in order, reserved for the largest queue of a
     /// node whose policy has a virtual time, so that rebasing never allocates.
     rebase_order: Vec<u32>,
+    /// Settings the builder dropped because they cannot take effect where they were given,
+    /// as notes for [`Scheduler::describe`].
+    pub(crate) ignored: Vec<String>,
 }
 
 /// Which member a node picked on the way down.
@@ -404,6 +407,7 @@ impl Scheduler {
         rebase_order.try_reserve_exact(rebase_members)?;
         Ok(Scheduler {
             rebase_order,
+            ignored: Vec::new(),
             prefetch: state_bytes > PREFETCH_MIN_BYTES,
             nodes,
             classifier,
@@ -1553,6 +1557,9 @@ impl Scheduler {
     /// Notes on settings that build but cannot do what they seem to say.
     fn describe_node_notes(&self, out: &mut String) {
         use std::fmt::Write as _;
+        for note in &self.ignored {
+            let _ = writeln!(out, "note: {note}");
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             // Strict priority on buckets of several levels: those levels leave in arrival order.
             let q = &n.queue_specs[0];
@@ -1822,21 +1829,47 @@ impl Scheduler {
 /// `flows`, which all share one weight, the weight only if it is not the default 1.
 fn member_params(policy: &AnyPolicy, m: &MemberCfg, flows: bool) -> String {
     let mut out = String::new();
-    if policy.weighs() && !(flows && m.weight == 1) {
+    let uses = Uses::of(policy);
+    if uses.weight && !(flows && m.weight == 1) {
         out += &format!(" weight {}", m.weight);
     }
-    let name = policy.name();
-    if matches!(name, "drr" | "fq") {
+    if uses.quantum {
         out += &format!(" quantum {}B", m.quantum);
     }
-    if let (true, Some(p)) = (name == "prio", m.priority) {
+    if let (true, Some(p)) = (uses.priority, m.priority) {
         out += &format!(" priority {p}");
     }
-    // The dual policies are the ones with reservations.
-    if let (true, Some(r)) = (policy.dual(), m.reservation) {
+    if let (true, Some(r)) = (uses.reservation, m.reservation) {
         out += &format!(" reservation {r}");
     }
     out
+}
+
+/// Which parts of a member's configuration ([`MemberCfg`]) a node's policy uses: a child's
+/// (`weight`, `quantum`, `priority`, `reservation` in a policy file) at an internal node, a
+/// flow's (`flow_weight`, ...) at a leaf.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Uses {
+    /// Shares by weight (wfq, hclock, htb).
+    pub weight: bool,
+    /// Shares by quantum (drr, fq).
+    pub quantum: bool,
+    /// Orders by a child's priority (prio).
+    pub priority: bool,
+    /// Guarantees reservations: the dual policies (hclock, htb).
+    pub reservation: bool,
+}
+
+impl Uses {
+    pub(crate) fn of(policy: &AnyPolicy) -> Uses {
+        let name = policy.name();
+        Uses {
+            weight: policy.weighs(),
+            quantum: matches!(name, "drr" | "fq"),
+            priority: name == "prio",
+            reservation: policy.dual(),
+        }
+    }
 }
 
 /// Why `rate` is spaced only per shaper slot of `slot_ns`, if it is: the shaper releases a
