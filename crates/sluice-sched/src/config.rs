@@ -22,7 +22,7 @@
 //! default = "bronze"          # leaf for packets no rule matches; omit to reject them
 //!
 //! [shaper]                    # optional; defaults: 1024 ns slots, 2^20 of them (~1.07 s)
-//! slot = "1024ns"             # duration (units ns, us, ms, s)
+//! slot = "1024ns"             # duration (units ns, us or µs, ms, s; to the nearest ns)
 //! horizon = "1s"              # duration; slots = ceil(horizon / slot), 1..=2^24 of them
 //! beyond_horizon = "clamp"    # or "reject"
 //! queue = "timing_wheel"      # or an exact kind: binary_heap, btree, skiplist
@@ -36,7 +36,7 @@
 //! burst = "15KB"              # burst of that limit (size, 0..=4 GiB - 1; default 0; needs `rate`)
 //! weight = 3                  # share in its parent (1..=65536; default 1)
 //! priority = 0                # level in a prio parent (0..=255)
-//! quantum = "3028B"           # DRR/FQ quantum in its parent (size, 1 B..=4 GiB - 1)
+//! quantum = "3028B"           # DRR quantum in its parent (size, 1 B..=4 GiB - 1)
 //! reservation = "100Mbit"     # hClock reservation / HTB guaranteed rate, in its parent
 //! flow_rate = "10Mbit"        # leaves only: pacing rate of every flow
 //! flow_burst = "3KB"          # leaves only (size, 0..=4 GiB - 1; needs `flow_rate`)
@@ -49,7 +49,7 @@
 //! class = 1                   # host-given class id (0..=2^32-1)
 //! dscp = 46                   # 0..=63
 //! vlan = 100                  # 0..=4095
-//! proto = "tcp"               # "tcp", "udp", "icmp", "icmpv6" or 0..=255
+//! proto = "tcp"               # "tcp", "udp", "icmp", "icmpv6" (any case) or 0..=255
 //! src = "10.0.0.0/8"          # address or CIDR prefix (v4 or v6; host bits zero)
 //! dst = "fd00::/8"
 //! sport = 5000                # port or "lo-hi" range
