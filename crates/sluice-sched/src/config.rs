@@ -442,6 +442,10 @@ impl Ctx<'_> {
                 None => (message.clone(), "valid TOML (https://toml.io)".to_string()),
             },
         };
+        if let Some(quoted) = what.strip_prefix("invalid type: string ") {
+            // serde quotes the whole string: 100 KB of it on one line.
+            what = format!("invalid type: string {}", shorten(quoted));
+        }
         if what.contains("$__toml_private_datetime") {
             // toml's internal name for a date-time, reported as an unknown key.
             what = "a date-time value".into();
@@ -491,6 +495,8 @@ impl Ctx<'_> {
                 expected = ours.to_string();
             }
         }
+        // Whatever else toml or serde quote, one short line.
+        let (what, expected) = (shorten_to(&what, 200), shorten_to(&expected, 400));
         self.err(span, what, expected)
     }
 
@@ -1398,9 +1404,14 @@ fn cut(text: &str) -> (&str, bool) {
 
 /// [`cut`], with `...` where it cut.
 fn shorten(text: &str) -> String {
-    match cut(text) {
-        (short, true) => format!("{short}..."),
-        (all, false) => all.to_string(),
+    shorten_to(text, 40)
+}
+
+/// `text` cut to `max` characters, with `...` where it cut.
+fn shorten_to(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
     }
 }
 
@@ -1980,6 +1991,29 @@ queue = "binary_heap"
         let e = error(&text);
         assert!(!e.contains('\n'), "{e}");
         assert!(e.len() < 400 && e.contains("is a single table"), "{e}");
+    }
+
+    /// serde quoted the whole string it did not expect: 100 KB on one line.
+    #[test]
+    fn an_error_quoting_a_long_string_stays_short() {
+        let long = "x".repeat(100_000);
+        for text in [
+            format!("node = \"{long}\"\n"),
+            format!("scheduler = \"{long}\"\n"),
+        ] {
+            let e = error(&text);
+            assert!(
+                e.len() < 400 && e.contains("\"xxxx"),
+                "{} bytes: {}",
+                e.len(),
+                &e[..e.len().min(300)]
+            );
+        }
+        fails(
+            &format!("node = \"{long}\"\n"),
+            1,
+            &["invalid type: string \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...;"],
+        );
     }
 
     #[test]
