@@ -1211,10 +1211,15 @@ impl Ctx<'_> {
         );
         let bytes = match v.get_ref() {
             Value::Integer(i) => u64::try_from(*i).ok(),
-            Value::String(s) => Some(
-                units::parse_size(s)
-                    .map_err(|e| self.err(v.span(), unit_what(key, v.get_ref(), e), &expected))?,
-            ),
+            Value::String(s) => match units::parse_size(s) {
+                Ok(b) => Some(b),
+                // Below 0 or beyond 2^63 bytes: out of this key's range, which `expected`
+                // gives (the units' own bounds, "between 0 and 2^63 bytes", contradicted it).
+                Err(UnitError::OutOfRange { why, .. }) if why != units::NOT_WHOLE_BYTES => None,
+                Err(e) => {
+                    return Err(self.err(v.span(), unit_what(key, v.get_ref(), e), &expected));
+                }
+            },
             other => return Err(self.err(v.span(), wrong_type(key, other), expected)),
         };
         match bytes {
@@ -2494,6 +2499,35 @@ queue = "binary_heap"
                 built.err().map(|e| e.to_string())
             );
         }
+    }
+
+    /// A size out of the units' bounds is out of the key's: "-5B" said "sizes must be between
+    /// 0 and 2^63 bytes" for a key that takes 1..=4294967295.
+    #[test]
+    fn sizes_out_of_range_state_the_keys_range() {
+        for value in [
+            "\"-5B\"",
+            "\"-1e3B\"",
+            "\"1e30B\"",
+            "\"9223372036854775808B\"",
+        ] {
+            let text = format!(
+                "[scheduler]\nmax_packet = {value}\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n"
+            );
+            let e = error(&text);
+            assert!(
+                e.contains(&format!("`max_packet` = {value} is out of range; expected"))
+                    && e.contains("1..=4294967295 bytes")
+                    && !e.contains("2^63"),
+                "{e}"
+            );
+        }
+        // A fraction is wrong whatever the range, and says so.
+        fails(
+            "[scheduler]\nmax_packet = \"1.5B\"\n",
+            2,
+            &["is out of range: a size must be a whole number of bytes"],
+        );
     }
 
     #[test]

@@ -354,6 +354,10 @@ fn scale_decimal(int: &str, frac: &str, scale: u64) -> Exact {
     }
 }
 
+/// Why [`parse_size`] refuses `1.5B`: the one [`UnitError::OutOfRange`] of a size that is not
+/// about its bounds (which a caller with tighter ones states itself).
+pub const NOT_WHOLE_BYTES: &str = "a size must be a whole number of bytes";
+
 /// Parse a size in bytes: `1500`, `1500B`, `64KiB`, `100kB`, `1MB`, `2MiB`, `1GB`.
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     const EXPECTED: &str = "a size like `1500B`, `64KiB` or `1MB`";
@@ -383,7 +387,7 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
         why,
     };
     let too_large = || out_of_range("sizes must be below 2^63 bytes");
-    let not_whole = || out_of_range("a size must be a whole number of bytes");
+    let not_whole = || out_of_range(NOT_WHOLE_BYTES);
     let bytes = match read_number(number, scale).ok_or_else(malformed)? {
         Number::Exact(x) => {
             let bytes = x.whole.ok_or_else(too_large)?;
