@@ -181,9 +181,29 @@ pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyErr
 /// small enough that `/dev/zero` or a wrong path to a disk image fails at once.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// The file's bytes, refusing more than [`MAX_FILE_BYTES`].
+/// The file's bytes, refusing more than [`MAX_FILE_BYTES`], and named pipes and sockets
+/// (opening a pipe waits for a writer: `policy check` hung on one with none). That refuses
+/// `/dev/stdin` from a shell pipe too, which is a pipe alike.
 fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        let kind = std::fs::metadata(path)?.file_type();
+        let what = if kind.is_fifo() {
+            Some("a named pipe (FIFO)")
+        } else if kind.is_socket() {
+            Some("a socket")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(std::io::Error::other(format!(
+                "it is {what}, not a file: reading it would wait for a writer; a policy file \
+                 is a regular file"
+            )));
+        }
+    }
     let mut bytes = Vec::new();
     std::fs::File::open(path)?
         .take(MAX_FILE_BYTES + 1)
@@ -2750,6 +2770,52 @@ queue = "binary_heap"
             wide += &format!("[[node]]\nname = \"n{i}\"\nparent = \"r\"\npolicy = \"fifo\"\n");
         }
         fails(&wide, 4 * MAX_NODES, &["65536 nodes", "at most 65535"]);
+    }
+
+    /// A named pipe without a writer made `policy check` wait forever in `open`.
+    #[cfg(unix)]
+    #[test]
+    fn named_pipes_and_sockets_are_refused_before_reading() {
+        let dir = std::env::temp_dir().join(format!("sluice-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("p.toml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let sock = dir.join("s.toml");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        // On the old code this waits: run it aside and give up on it after a while.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paths = [fifo.clone(), sock.clone()];
+        std::thread::spawn(move || {
+            let errors: Vec<String> = paths
+                .iter()
+                .map(|p| {
+                    compile_file(p)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default()
+                })
+                .collect();
+            let _ = tx.send(errors);
+        });
+        let errors = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a named pipe did not return");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            errors[0].ends_with(
+                "p.toml: cannot read: it is a named pipe (FIFO), not a file: \
+                                 reading it would wait for a writer; a policy file is a \
+                                 regular file"
+            ),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[1].contains("s.toml: cannot read: it is a socket"),
+            "{}",
+            errors[1]
+        );
     }
 
     #[test]
