@@ -1899,6 +1899,25 @@ queue = "binary_heap"
         }
     }
 
+    /// A rate whose 1500 B take under a nanosecond: the note said "in 0 ns" and that a `slot`
+    /// of 1 ns or less spaces them, which no slot does.
+    #[test]
+    fn the_slot_note_is_true_for_packets_faster_than_a_nanosecond() {
+        let tree = gated_tree(
+            "",
+            ["100Gbit", "9223372036854775807bit", "100Gbit", "8Gbit"],
+        );
+        let d = build_str(&tree, "t.toml").unwrap().describe();
+        let want = "note: node `a`: its rate 9223372036854775.807kbit sends 1500 B in under \
+                    1 ns, less than the shaper's 1024 ns slot: up to 787192861 such packets leave \
+                    at once beyond its burst, and no `slot` spaces them (the finest is 1 ns)";
+        assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        assert!(
+            !d.contains(" in 0 ns") && !d.contains("a `slot` of 1 ns"),
+            "{d}"
+        );
+    }
+
     /// Rates so low that a packet takes longer than the shaper's horizon: re-filed, or for a
     /// flow under `beyond_horizon = "reject"`, refused.
     #[test]

@@ -1878,13 +1878,23 @@ impl Uses {
 /// checked at each dequeue, not filed in the wheel.
 fn slot_note(rate: Rate, slot_ns: u64) -> Option<String> {
     let packet_ns = rate.tx_time_ns(1500);
+    if packet_ns == 0 {
+        // Above 12 Tbit/s a packet takes under a nanosecond, and no slot is that fine: the
+        // count is of fractional packet times (fixed point, 2^-32 ns), the slot no help.
+        let per_slot = (u128::from(slot_ns) << 32).div_ceil(rate.tx_time_fp(1500).max(1));
+        return Some(format!(
+            "{rate} sends 1500 B in under 1 ns, less than the shaper's {slot_ns} ns slot: up to \
+             {per_slot} such packets leave at once beyond its burst, and no `slot` spaces them \
+             (the finest is 1 ns)"
+        ));
+    }
     (packet_ns < slot_ns).then(|| {
         format!(
             "{rate} sends 1500 B in {packet_ns} ns, less than the shaper's {slot_ns} ns slot: \
              up to {} such packets leave at once beyond its burst; a `slot` of {} ns or less \
              spaces them",
-            slot_ns.div_ceil(packet_ns.max(1)),
-            packet_ns.max(1)
+            slot_ns.div_ceil(packet_ns),
+            packet_ns
         )
     })
 }
