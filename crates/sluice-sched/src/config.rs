@@ -1280,7 +1280,18 @@ impl Ctx<'_> {
             other => return Err(self.err(v.span(), wrong_type(key, other), expected)),
         };
         if ns < lo {
-            return Err(self.err(v.span(), out_of_range(key, v.get_ref()), expected));
+            // Durations go to the nearest nanosecond: say so when a non-zero one became 0.
+            let digits = v.get_ref().as_str().unwrap_or("");
+            let mantissa = digits.split(['e', 'E']).next().unwrap_or("");
+            let what = if ns == 0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+                format!(
+                    "`{key}` = {} rounds to 0 ns (durations are kept to the nearest nanosecond)",
+                    show(v.get_ref())
+                )
+            } else {
+                out_of_range(key, v.get_ref())
+            };
+            return Err(self.err(v.span(), what, expected));
         }
         Ok(ns)
     }
@@ -2458,6 +2469,8 @@ queue = "binary_heap"
             ("scheduler", "max_packet", "\"8GB\"", "out of range"),
             ("scheduler", "max_packet", "\"1.5B\"", "whole number"),
             ("shaper", "slot", "\"0ns\"", "at least 1ns"),
+            ("shaper", "slot", "\"0.4ns\"", "rounds to 0 ns"),
+            ("shaper", "slot", "\"4e-10s\"", "rounds to 0 ns"),
             ("shaper", "slot", "100", "is an integer"),
             ("shaper", "horizon", "\"10\"", "not a duration"),
             ("shaper", "horizon", "\"100s\"", "at most 16777216 slots"),
