@@ -317,7 +317,34 @@ pub fn parse_rate(text: &str) -> Result<Option<Rate>, String> {
     }
 }
 
-/// A burst from a request: a size like "15KB".
+/// A burst from a request: a size like "15KB", at most what a policy file allows
+/// ([`sluice_sched::config::MAX_SIZE`], 4 GiB - 1 B: a larger one lets a gate send gigabytes
+/// at once).
 pub fn parse_burst(text: &str) -> Result<u64, String> {
-    parse_size(text).map_err(|e| format!("burst \"{text}\": {e}"))
+    let bytes = parse_size(text).map_err(|e| format!("burst \"{text}\": {e}"))?;
+    if bytes > sluice_sched::config::MAX_SIZE {
+        return Err(format!(
+            "burst \"{text}\": {bytes} bytes is out of range; expected 0..={} bytes",
+            sluice_sched::config::MAX_SIZE
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod burst_tests {
+    use super::parse_burst;
+
+    #[test]
+    fn a_burst_is_capped_like_a_policy_files() {
+        assert_eq!(parse_burst("15KB"), Ok(15_000));
+        assert_eq!(parse_burst("4294967295B"), Ok(4_294_967_295));
+        for big in ["4294967296B", "5GB", "8e18B"] {
+            let e = parse_burst(big).unwrap_err();
+            assert!(
+                e.contains("out of range") && e.contains("0..=4294967295"),
+                "{e}"
+            );
+        }
+    }
 }
