@@ -3,15 +3,16 @@
 //! A flow exists while it has packets in the scheduler, and stays after it empties for as long
 //! as nothing needs its slot: its gate's last timestamp and its fair-queuing tags must outlive
 //! short idle gaps (a TCP flow under TSQ empties after every packet; forgetting its pacing
-//! state then would let it burst). Emptied flows wait on an idle list in the order they
-//! emptied; when the table is full, a new flow takes the slot of the flow idle the longest
+//! state then would let it burst). Emptied flows wait on an idle list, at first in the order
+//! they emptied; when the table is full, a new flow takes the slot of the first on the list
 //! (O(1)), unless that flow is still paced (its gate has not gathered its whole burst again:
-//! a new gate would start with it) or still owes its leaf's fair policy service it had ahead
-//! of its share while others are queued there (as Linux fq keeps a flow with negative credit;
-//! once the leaf is idle nobody waits behind the debt, and a table whose leaves went idle must
-//! not turn new flows away for ever). Such a flow goes to the back of the idle list and the
-//! next is tried, a few at most. A table whose flows all have packets, or whose first idle
-//! flows are all still paced or owe, is full: the enqueue is rejected and counted.
+//! a new gate would start with it) or still owes its fair leaf service it had ahead of its
+//! share while the leaf holds packets, whose service pays the debt (as Linux fq keeps a flow
+//! with negative credit; once the leaf holds none nothing would pay it, and a table whose
+//! leaves went idle must not turn new flows away for ever). Such a flow goes to the back of
+//! the idle list and the next is tried, [`RECLAIM_TRIES`] at most. A table whose flows all
+//! have packets, or whose first idle flows are all still paced or owe, is full: the enqueue
+//! is rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -206,7 +207,8 @@ impl FlowTable {
     }
 
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
-    /// active flows, or the flow idle the longest is still paced at `now` (its gate has not yet
+    /// active flows, or the first idle flows it tries ([`FlowTable::reclaimable`]) may not go:
+    /// each is still paced at `now` (its gate has not yet
     /// gathered its whole burst again: reclaimed, its pacing state was lost, and a flow sharing
     /// a one-slot table with another sent at 500 times its rate; reclaimed as soon as its next
     /// release had come, a flow with a 15 000 B burst at 10 Mbit/s got a fresh burst each time

@@ -8,7 +8,7 @@
 //! shaper.
 //!
 //! It is written for obviousness, not speed: flows are a `HashMap` of `VecDeque`s (a full table
-//! reclaims the flow that went idle first, found in a plain list), every PIFO is
+//! reclaims the first idle flow that may go of the first few in a plain list), every PIFO is
 //! [`sluice_queue::oracle::Oracle`] (a sorted map) filing ranks exactly as the node's real
 //! queue would (its [`KeyModel`]), and nothing is shared with [`crate::tree`] except the rank
 //! arithmetic it is meant to check the structures against: the policies, the gates and the
@@ -95,9 +95,10 @@ pub struct OracleTree {
     classifier: Classifier,
     flows: Vec<OFlow>,
     by_key: HashMap<(u64, NodeId), u32>,
-    /// Most flows at once; a new flow beyond them takes the place of the one idle longest.
+    /// Most flows at once; a new flow beyond them takes the place of an idle one.
     flow_capacity: usize,
-    /// Idle flows, the one idle longest first.
+    /// Idle flows, in the order they emptied, but for those passed over for a new flow (to
+    /// the back).
     idle: VecDeque<u32>,
     /// Packets by id (per-packet leaves reference them; per-member leaves keep them in FIFOs).
     packets: Vec<Meta>,
@@ -237,10 +238,11 @@ impl OracleTree {
                     // Not one still paced at `now`: its pacing state must outlive the gap. Nor
                     // one that owes its leaf's policy while others are queued there.
                     let paced = |f: &OFlow| f.gate.is_some_and(|g| !g.full(now));
+                    let holds =
+                        |leaf: NodeId| self.flows.iter().any(|f| f.leaf == leaf && f.queued > 0);
                     let owes = |f: &OFlow| {
                         let node = &self.nodes[f.leaf as usize];
-                        node.pifos.iter().any(|q| !q.is_empty())
-                            && node.policy.owes(&f.member.tags, now)
+                        holds(f.leaf) && node.policy.owes(&f.member.tags, &node.member_cfg[0], now)
                     };
                     // The first of the first few idle flows that may go; one that may not
                     // goes to the back.

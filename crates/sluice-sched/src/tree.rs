@@ -1925,11 +1925,14 @@ fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
 }
 
 /// Whether idle flow `f` still owes its leaf's policy service it had ahead of its share
-/// ([`Policy::owes`]) while other members are queued there, so that its slot is not given to a
-/// new flow ([`FlowTable::get_or_insert`]). Once the leaf is idle nobody waits behind the debt.
+/// ([`Policy::owes`]) while the leaf holds packets (at the leaf, at their flows' gates or in
+/// the shaper), so that its slot is not given to a new flow ([`FlowTable::get_or_insert`]).
+/// Those packets' service pays the debt. Once the leaf holds none, nothing would: a debt kept
+/// then could keep the slot for good, so it is forgotten with the flow.
 fn owes_busy_leaf(nodes: &[Node], f: &Flow, now: u64) -> bool {
     let leaf = &nodes[f.leaf as usize];
-    leaf.stats.arrived != leaf.stats.sent && leaf.policy.owes(&f.member.tags, now)
+    leaf.stats.enqueued != leaf.stats.sent
+        && leaf.policy.owes(&f.member.tags, &leaf.member_cfg[0], now)
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first

@@ -431,7 +431,7 @@ proptest! {
     fn scheduler_matches_the_oracle(
         gens in prop::collection::vec(node_gen(), 1..7),
         capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
-        // Few flows: a full table reclaims the flow idle longest, or rejects a new one.
+        // Few flows: a full table reclaims an idle flow, or rejects a new one.
         flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
         shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
         ops in prop::collection::vec(op(), 1..300),

@@ -325,10 +325,13 @@ pub trait Policy: fmt::Debug + Send {
 
     /// Per member, gone idle: whether its tags remember service it had ahead of its share (a
     /// debt of rounds, a finish tag past the virtual time), so that it would come back behind
-    /// where a new member starts. The flow table keeps such a flow while its leaf is busy
-    /// instead of giving its slot to a new flow, which would forget the debt (as Linux fq keeps
-    /// a flow with negative credit on its old list, not collected).
-    fn owes(&self, _tags: &Tags, _now: u64) -> bool {
+    /// where a new member starts. The flow table keeps such a flow while its leaf holds
+    /// packets instead of giving its slot to a new flow, which would forget the debt (as Linux
+    /// fq keeps a flow with negative credit on its old list, not collected). hClock and HTB
+    /// keep no such debt: their virtual time stands still while reservations serve everyone,
+    /// so a share tag ahead of it need not be a lead, and a flow kept for it could be kept
+    /// for good.
+    fn owes(&self, _tags: &Tags, _cfg: &MemberCfg, _now: u64) -> bool {
         false
     }
 
@@ -598,8 +601,8 @@ impl Policy for AnyPolicy {
     fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
         with_policy!(self, p => p.reconfigured(tags, cfg))
     }
-    fn owes(&self, tags: &Tags, now: u64) -> bool {
-        with_policy!(self, p => p.owes(tags, now))
+    fn owes(&self, tags: &Tags, cfg: &MemberCfg, now: u64) -> bool {
+        with_policy!(self, p => p.owes(tags, cfg, now))
     }
 }
 

@@ -87,8 +87,9 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now on a bucketed queue (see `time_rank`). A packet without one (0) ranks after every
-/// packet with one, first come first served among them.
+/// now on a bucketed queue (see `time_rank`). A packet without one (0) ranks as late as a
+/// rank can be: after every packet due within the second on a bucketed queue (first come
+/// first served with those due later), after every packet with a deadline on an exact one.
 #[derive(Debug, Default)]
 pub struct Edf {
     /// Rank by the deadlines themselves ([`Policy::exact_queues`]).

@@ -188,11 +188,6 @@ macro_rules! rls_common {
         fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
             Some(self.0.forgive(tags, cfg))
         }
-        fn owes(&self, tags: &Tags, now: u64) -> bool {
-            // Share service ahead of the virtual time, or reservation service ahead of `now`
-            // (a new member starts at V and at `now`).
-            tags.b > self.0.clock.v || tags.a > now
-        }
     };
 }
 
