@@ -454,6 +454,15 @@ impl TreeBuilder {
             }
             Self::check_member(&spec.name, &spec.member)?;
             Self::check_member(&spec.name, &spec.flows)?;
+            // As in a policy file: a larger burst lets a gate send gigabytes at once, and one
+            // whose time at a low rate overflows never refills (a flow kept for ever).
+            let max = crate::config::MAX_SIZE;
+            if spec.burst > max || spec.flow_burst > max {
+                return Err(BuildError::Invalid(format!(
+                    "node `{}`: a burst of at most {max} bytes",
+                    spec.name
+                )));
+            }
         }
         for r in &self.rules {
             if r.leaf as usize >= n || !children[r.leaf as usize].is_empty() {
@@ -912,6 +921,31 @@ mod tests {
         let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
         b.default_leaf(root);
         assert!(matches!(b.build(), Err(BuildError::Invalid(e)) if e.contains("2 slots")));
+    }
+
+    #[test]
+    fn a_burst_above_4_gib_is_refused_as_in_a_policy_file() {
+        for (burst, flow_burst) in [(1u64 << 32, 0), (0, u64::MAX)] {
+            let mut b = TreeBuilder::new(SchedConfig::default());
+            let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo).rate(Rate::mbit(1), burst);
+            leaf.flow_rate = Some(Rate::mbit(1));
+            leaf.flow_burst = flow_burst;
+            let root = b.root(leaf);
+            b.default_leaf(root);
+            assert!(
+                matches!(b.build(), Err(BuildError::Invalid(e)) if e.contains("4294967295 bytes"))
+            );
+        }
+        let mut b = TreeBuilder::new(SchedConfig::default());
+        let root = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+        b.default_leaf(root);
+        let mut s = b.build().unwrap();
+        s.set_rate(root, Some(Rate::mbit(1)), u64::MAX);
+        assert_eq!(
+            s.burst(root),
+            crate::config::MAX_SIZE,
+            "capped at run time too"
+        );
     }
 
     #[test]

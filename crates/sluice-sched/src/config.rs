@@ -1753,6 +1753,17 @@ queue = "binary_heap"
                 && d.contains("so its policy's order is lost"),
             "{d}"
         );
+        // hClock's first queue holds reservation tags, times: its note says so.
+        let d = build_str(&wfq("1099511627776").replacen("wfq", "hclock", 1), "t.toml")
+            .unwrap()
+            .describe();
+        assert!(
+            d.contains("its reservation queue `cffs` has buckets")
+                && d.contains("so reservations are met in arrival order, not by when")
+                && d.contains("its queue `cffs` has buckets")
+                && d.contains("so its members take turns whatever their weights"),
+            "{d}"
+        );
         // Every policy under `auto` is fine.
         for policy in ["prio", "wfq", "lqf", "edf", "lstf", "drr", "hclock", "htb"] {
             let d = build_str(&tree_with("").replacen("wfq", policy, 1), "t.toml")

@@ -1311,12 +1311,14 @@ impl Scheduler {
         }
     }
 
-    /// Change a node's rate limit (`None` removes it) and burst, at run time, from the latest
+    /// Change a node's rate limit (`None` removes it) and burst (at most
+    /// [`crate::config::MAX_SIZE`], as in a policy file), at run time, from the latest
     /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: raised, what the gate still
     /// owes is paid at the new rate). Packets waiting at the gate keep their place: they pass
     /// when the one in the shaper is released (stamped at the new rate, or at once without
     /// one), and packets that arrive meanwhile wait behind them.
     pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
+        let burst = burst.min(crate::config::MAX_SIZE);
         let node = &mut self.nodes[n as usize];
         node.gate = match (node.gate, rate) {
             (Some(mut g), Some(r)) => {
@@ -1574,7 +1576,7 @@ impl Scheduler {
             }
             // A queue (sized in the file) narrower than its ranks: those beyond its range
             // are filed at its edge, where their order is lost.
-            for (q, &span) in n.queue_specs.iter().zip(&n.rank_spans) {
+            for (which, (q, &span)) in n.queue_specs.iter().zip(&n.rank_spans).enumerate() {
                 let covers = (q.buckets as u64).saturating_mul(q.granularity);
                 if !q.kind.exact() && covers < span {
                     let _ = writeln!(
@@ -1597,14 +1599,22 @@ impl Scheduler {
                     && span > 1
                     && q.granularity.saturating_mul(2) > span
                 {
-                    let lost = if n.policy.weighs() {
-                        "its members take turns whatever their weights"
+                    // A dual policy's first queue holds reservation tags (times), its second
+                    // share tags.
+                    let reservations = n.policy.dual() && which == 0;
+                    let (queue, lost) = if reservations {
+                        (
+                            "reservation queue",
+                            "reservations are met in arrival order, not by when they fall due,",
+                        )
+                    } else if n.policy.weighs() {
+                        ("queue", "its members take turns whatever their weights")
                     } else {
-                        "its policy's order is lost"
+                        ("queue", "its policy's order is lost")
                     };
                     let _ = writeln!(
                         out,
-                        "note: node `{}`: its queue `{}` has buckets of {} rank units, more \
+                        "note: node `{}`: its {queue} `{}` has buckets of {} rank units, more \
                          than half the {span} that policy `{}` ranks over: its ranks share one \
                          or two buckets, whose entries leave in arrival order, so {lost} until \
                          their ranks reach the next bucket; a smaller `granularity`, or \

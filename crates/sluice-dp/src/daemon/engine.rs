@@ -21,7 +21,7 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use sluice_sched::NodeId;
-use sluice_sched::units::{Rate, parse_size};
+use sluice_sched::units::{Rate, UnitError, parse_size};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -321,14 +321,15 @@ pub fn parse_rate(text: &str) -> Result<Option<Rate>, String> {
 /// ([`sluice_sched::config::MAX_SIZE`], 4 GiB - 1 B: a larger one lets a gate send gigabytes
 /// at once).
 pub fn parse_burst(text: &str) -> Result<u64, String> {
-    let bytes = parse_size(text).map_err(|e| format!("burst \"{text}\": {e}"))?;
-    if bytes > sluice_sched::config::MAX_SIZE {
-        return Err(format!(
-            "burst \"{text}\": {bytes} bytes is out of range; expected 0..={} bytes",
-            sluice_sched::config::MAX_SIZE
-        ));
+    let max = sluice_sched::config::MAX_SIZE;
+    let out_of_range = || format!("burst \"{text}\" is out of range; expected 0..={max} bytes");
+    match parse_size(text) {
+        Ok(bytes) if bytes <= max => Ok(bytes),
+        Ok(_) => Err(out_of_range()),
+        // A negative size or one past 2^63 bytes is out of this range too.
+        Err(UnitError::OutOfRange { .. }) => Err(out_of_range()),
+        Err(e) => Err(format!("burst \"{text}\": {e}")),
     }
-    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -339,7 +340,7 @@ mod burst_tests {
     fn a_burst_is_capped_like_a_policy_files() {
         assert_eq!(parse_burst("15KB"), Ok(15_000));
         assert_eq!(parse_burst("4294967295B"), Ok(4_294_967_295));
-        for big in ["4294967296B", "5GB", "8e18B"] {
+        for big in ["4294967296B", "5GB", "8e18B", "-5B", "1e30B"] {
             let e = parse_burst(big).unwrap_err();
             assert!(
                 e.contains("out of range") && e.contains("0..=4294967295"),

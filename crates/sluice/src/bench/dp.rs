@@ -166,8 +166,9 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
     Ok(ns / 1_000_000_000)
 }
 
+/// A burst as the daemon takes one (at most 4 GiB - 1 B), and at least 1 byte.
 fn parse_burst(s: &str) -> Result<u64, String> {
-    let b = sluice_sched::units::parse_size(s).map_err(|e| e.to_string())?;
+    let b = sluice_dp::daemon::engine::parse_burst(s)?;
     if b == 0 {
         return Err("a burst of at least 1 byte".into());
     }
