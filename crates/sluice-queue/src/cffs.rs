@@ -18,13 +18,16 @@
 //! - A push into an **empty** queue re-bases: `base = bucket - bucket % n`, so an idle queue
 //!   follows the ranks wherever they go.
 //! - A rank in the range **just below** `base`, `[base - n, base)`, while the secondary range
-//!   is empty, swaps the ranges back (`base -= n`) and is filed exactly. This is the range the
+//!   is empty and nothing filed from below `base` (next rule) is queued, swaps the ranges back
+//!   (`base -= n`) and is filed exactly. This is the range the
 //!   primary held until its last item left: a re-rank (remove, then push) of the one member
 //!   left there must not land behind members of the next range, or a fair queue would serve
 //!   them first and lose that member's place (WFQ gave 65% instead of 50% to a flow of
 //!   64 KB packets against one of 1500 B before this rule).
 //! - Any other rank **below** `base` files under the first primary bucket, behind what is there
 //!   (it is already the most urgent; like the timing wheel's past timestamps). Not counted.
+//!   While such an item is queued the ranges do not swap back: it would end up in the
+//!   secondary range, behind later pushes of its own rank (FIFO among equal ranks broken).
 //! - A rank **beyond the secondary range** follows [`Overflow`]: `Clamp` files it under the last
 //!   secondary bucket, FIFO with what is there, and counts it (Eiffel: "their values are not
 //!   sorted properly"); it stays in that bucket when the ranges swap, so it comes out after
@@ -80,6 +83,9 @@ pub struct CircularQueue<T, I> {
     primary: usize,
     /// First bucket number (absolute, in granularity units) of the primary range.
     base: u64,
+    /// Items filed under the primary's first bucket from below `base` (module note): while
+    /// there are any, the ranges do not swap back.
+    below: usize,
     n: u64,
     granularity: Granularity,
     overflow: Overflow,
@@ -128,6 +134,7 @@ impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
             ranges: [index(cfg.buckets)?, index(cfg.buckets)?],
             primary: 0,
             base: 0,
+            below: 0,
             n: cfg.buckets as u64,
             granularity,
             overflow: cfg.overflow,
@@ -147,6 +154,32 @@ impl<T: Copy, I: BucketIndex> CircularQueue<T, I> {
     #[inline]
     fn bucket(&self, range: usize, off: u64) -> usize {
         range * self.n as usize + off as usize
+    }
+
+    /// A push of bucket `key`, below `base`, into a queue that holds items: back into the range
+    /// the primary held before its last item left, if `key` is in it (module note); only when
+    /// the push will succeed, so that the primary never stays empty. Otherwise it is filed
+    /// from below.
+    #[cold]
+    fn below_base(&mut self, key: u64) {
+        if key >= self.base.saturating_sub(self.n)
+            && self.ranges[1 - self.primary].is_empty()
+            && self.below == 0
+            && self.store.len() < self.store.capacity()
+        {
+            self.primary = 1 - self.primary;
+            self.base -= self.n;
+        }
+    }
+
+    /// An item of `rank` left: one filed from below `base` is no longer there. (Such an item
+    /// is the only kind whose bucket lies below `base`: `base` moves up only once the primary
+    /// is empty, and back only while none is queued.)
+    #[inline(always)]
+    fn left(&mut self, rank: Rank) {
+        if self.below > 0 && self.granularity.bucket(rank) < self.base {
+            self.below -= 1;
+        }
     }
 
     /// After the primary empties, let the secondary take over.
@@ -176,15 +209,8 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         let key = self.granularity.bucket(rank);
         if self.store.len() == 0 {
             self.base = key - key % self.n;
-        } else if key < self.base
-            && key >= self.base.saturating_sub(self.n)
-            && self.ranges[1 - self.primary].is_empty()
-            && self.store.len() < self.store.capacity()
-        {
-            // Back into the range the primary held before its last item left (module note);
-            // only when the push will succeed, so that the primary never stays empty.
-            self.primary = 1 - self.primary;
-            self.base -= self.n;
+        } else if key < self.base {
+            self.below_base(key);
         }
         let d = key.saturating_sub(self.base);
         let (range, off) = if d < self.n {
@@ -206,6 +232,9 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         if fresh {
             self.ranges[range].insert(off as usize);
         }
+        if key < self.base {
+            self.below += 1;
+        }
         // Counted once filed: a push refused as full was not clamped.
         self.stats.clamped += u64::from(d >= 2 * self.n);
         Ok(handle)
@@ -215,6 +244,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
     fn pop_min(&mut self) -> Option<Entry<T>> {
         let (bucket, _) = self.first()?;
         let entry = self.store.pop_front(bucket)?;
+        self.left(entry.rank);
         if !self.store.is_occupied(bucket) {
             self.ranges[self.primary].remove(bucket - self.primary * self.n as usize);
             self.settle();
@@ -247,6 +277,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
     #[inline(always)]
     fn remove(&mut self, handle: Handle) -> Result<Entry<T>, StaleHandle> {
         let (bucket, entry) = self.store.remove(handle)?;
+        self.left(entry.rank);
         if !self.store.is_occupied(bucket) {
             let n = self.n as usize;
             self.ranges[bucket / n].remove(bucket % n);

@@ -42,9 +42,9 @@ pub enum KeyModel {
     },
     /// cFFS: bucket `max(rank / granularity, base)`; beyond `base + 2n - 1`: that bucket or
     /// reject. A push into an empty queue re-bases to `bucket - bucket % n`; a push into
-    /// `[base - n, base)` that will be stored, while no key is queued in `[base + n, base + 2n)`,
-    /// moves `base` back by `n` first; when no key is left in `[base, base + n)` but some are
-    /// queued, `base += n`.
+    /// `[base - n, base)` that will be stored, while no key is queued in `[base + n, base + 2n)`
+    /// and no item filed from below `base` is queued, moves `base` back by `n` first; when no
+    /// key is left in `[base, base + n)` but some are queued, `base += n`.
     Circular {
         /// First bucket of the primary range.
         base: u64,
@@ -59,8 +59,9 @@ pub enum KeyModel {
 
 impl KeyModel {
     /// Key for `rank`, or `None` if rejected. `max`: the largest key queued now (`None`:
-    /// empty); `room`: whether the push will be stored if its rank is in range.
-    fn key(&mut self, rank: Rank, max: Option<u64>, room: bool) -> Option<u64> {
+    /// empty); `room`: whether the push will be stored if its rank is in range; `below`:
+    /// whether an item filed from below the circular base is queued.
+    fn key(&mut self, rank: Rank, max: Option<u64>, room: bool, below: bool) -> Option<u64> {
         match self {
             KeyModel::Exact => Some(rank),
             KeyModel::Fixed {
@@ -109,7 +110,8 @@ impl KeyModel {
                     Some(m)
                         if k < *base
                             && k >= base.saturating_sub(*buckets)
-                            && m - *base < *buckets =>
+                            && m - *base < *buckets
+                            && !below =>
                     {
                         if room {
                             *base -= *buckets;
@@ -183,7 +185,15 @@ impl<T: Copy> Oracle<T> {
     pub fn push(&mut self, rank: Rank, item: T) -> Result<u64, PushError<T>> {
         let max = self.entries.last_key_value().map(|(&(k, _), _)| k);
         let room = self.entries.len() < self.capacity;
-        let Some(key) = self.model.key(rank, max, room) else {
+        // Items filed from below the circular base sit at a key above their rank's bucket.
+        let below = match self.model {
+            KeyModel::Circular { granularity, .. } => self
+                .entries
+                .iter()
+                .any(|(&(k, _), &(r, _, _))| r / granularity < k),
+            _ => false,
+        };
+        let Some(key) = self.model.key(rank, max, room, below) else {
             return Err(PushError::OutOfRange { rank, item });
         };
         if self.entries.len() == self.capacity {

@@ -423,3 +423,29 @@ fn cffs_re_ranks_the_last_member_of_its_primary_in_place() {
     let order: Vec<u32> = std::iter::from_fn(|| q.pop_min().map(|e| e.item)).collect();
     assert_eq!(order, [1, 3, 2]);
 }
+
+/// An item filed from below cFFS's window (under its first bucket) keeps the window from
+/// moving back: moved back, the window left it in the secondary range, behind a later push of
+/// its own rank and behind a higher rank pushed after it. The oracle's model had the same rule,
+/// so the differential test could not see it.
+#[test]
+fn cffs_keeps_equal_ranks_fifo_when_an_item_came_from_below_its_window() {
+    let mut q = CircularFfsQueue::<u32>::new(CircularConfig::new(4, 1, 16)).unwrap();
+    q.push(100, 0).unwrap(); // empty: the window is [100, 104)
+    q.push(10, 1).unwrap(); // far below: under bucket 100, behind item 0
+    q.push(97, 2).unwrap(); // just below: the window may not move back while item 1 is there
+    q.push(10, 3).unwrap(); // item 1's rank: behind it
+    let order: Vec<u32> = std::iter::from_fn(|| q.pop_min().map(|e| e.item)).collect();
+    assert_eq!(order, [0, 1, 2, 3]);
+    // Once it has left, the window moves back again.
+    let mut q = CircularFfsQueue::<u32>::new(CircularConfig::new(4, 1, 16)).unwrap();
+    q.push(100, 0).unwrap();
+    let low = q.push(10, 1).unwrap();
+    q.remove(low).unwrap();
+    q.push(97, 2).unwrap();
+    assert_eq!(
+        q.pop_min().map(|e| e.item),
+        Some(2),
+        "filed exactly, ahead of 100"
+    );
+}
