@@ -17,7 +17,9 @@
 //! Bucket j (0 = first) has index `Imax - j`, so the paper's max-queue serves our minimum.
 //!
 //! **Errors and their bound.** The estimate is exact when the occupied buckets are contiguous
-//! from the first one (dense occupancy: timestamps, LSTF). Gaps move it:
+//! from the first one (dense occupancy: timestamps, LSTF) and that block starts in the first
+//! four fifths or so of the window; one that starts later and runs to the window's end is a
+//! miss (below), still answered exactly. Gaps move it:
 //! - towards later buckets than the true first by at most `E(alpha)` buckets (a heavy
 //!   concentration far behind the first bucket pulls the curvature; Appendix B, case 2). If that
 //!   bucket is occupied it is served: an **order error of at most `E(alpha)` buckets**

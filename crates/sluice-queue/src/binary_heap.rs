@@ -80,18 +80,17 @@ impl<T: Copy> BinaryHeapQueue<T> {
         }
     }
 
-    /// Renumber queued entries 0.. in their current order (before the counter would wrap).
+    /// Renumber queued entries 0.. in their current order (before the counter would wrap), in
+    /// the heap's own storage: nothing is allocated (collected into a new vector, as before,
+    /// it allocated once per 2^35 pushes).
     fn renumber(&mut self) {
         let slab = &self.slab;
-        let mut keys: Vec<u128> = self
-            .heap
-            .drain()
-            .map(|Reverse(k)| k)
-            .filter(|&k| Self::is_live(slab, k))
-            .collect();
-        keys.sort_unstable();
+        let mut keys = std::mem::take(&mut self.heap).into_vec();
+        keys.retain(|&Reverse(k)| Self::is_live(slab, k));
+        // Reversed keys: descending order of the reversal is ascending order of the keys.
+        keys.sort_unstable_by(|a, b| b.cmp(a));
         self.tombstones = 0;
-        for (seq, k) in keys.iter_mut().enumerate() {
+        for (seq, Reverse(k)) in keys.iter_mut().enumerate() {
             let slot = slot_of(*k);
             if let Some((rank, item, _)) = self.slab.at(slot) {
                 self.slab.set_at(slot, (rank, item, seq as u64));
@@ -99,7 +98,7 @@ impl<T: Copy> BinaryHeapQueue<T> {
             }
         }
         self.seq = keys.len() as u64;
-        self.heap.extend(keys.into_iter().map(Reverse));
+        self.heap = BinaryHeap::from(keys);
     }
 }
 

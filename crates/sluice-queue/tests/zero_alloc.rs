@@ -2,8 +2,7 @@
 //!
 //! Each structure is built, filled, and then driven through a long mix of push, pop, remove,
 //! requeue and time advance; the allocator's call count must not change during the mix. (The
-//! BTreeMap and skip-list baselines are excluded: BTreeMap allocates nodes by design; the
-//! others here do not.)
+//! BTreeMap baseline is excluded: it allocates nodes by design; the others here do not.)
 
 use sluice_queue::{QueueKind, QueueSpec, RankQueue};
 use std::alloc::{GlobalAlloc, Layout, System};
