@@ -10,9 +10,10 @@
 //! share while the leaf holds packets, whose service pays the debt (as Linux fq keeps a flow
 //! with negative credit; once the leaf holds none nothing would pay it, and a table whose
 //! leaves went idle must not turn new flows away for ever). Such a flow goes to the back of
-//! the idle list and the next is tried, [`RECLAIM_TRIES`] at most. A table whose flows all
-//! have packets, or whose first idle flows are all still paced or owe, is full: the enqueue
-//! is rejected and counted.
+//! the idle list and the next is tried, [`RECLAIM_TRIES`] at most; if all those whose gates
+//! are whole owe, the first of them goes all the same (a debt is fairness, a refusal a lost
+//! packet). A table whose flows all have packets, or whose first idle flows are all still
+//! paced, is full: the enqueue is rejected and counted.
 //!
 //! Lookups go through a [`FlowIndex`] reserved at construction (one miss per lookup), so the
 //! table never allocates after it is built.
@@ -207,15 +208,15 @@ impl FlowTable {
     }
 
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
-    /// active flows, or the first idle flows it tries ([`FlowTable::reclaimable`]) may not go:
-    /// each is still paced at `now` (its gate has not yet
+    /// active flows, or the first idle flows it tries ([`FlowTable::reclaimable`]) are all
+    /// still paced at `now` (a gate that has not yet
     /// gathered its whole burst again: reclaimed, its pacing state was lost, and a flow sharing
     /// a one-slot table with another sent at 500 times its rate; reclaimed as soon as its next
     /// release had come, a flow with a 15 000 B burst at 10 Mbit/s got a fresh burst each time
-    /// and sent at 110), or `owes` says its policy still
-    /// remembers service it had ahead of its share (reclaimed, the debt was forgotten: an fq
-    /// flow that sent a 65 000 B frame came back first as a new flow instead of sitting out
-    /// the 21 rounds it owed).
+    /// and sent at 110). An idle flow that `owes` its policy service it had ahead of its share
+    /// goes only if no other tried can (reclaimed, its debt is forgotten: an fq flow that sent
+    /// a 65 000 B frame came back first as a new flow instead of sitting out the 21 rounds it
+    /// owed).
     pub fn get_or_insert(
         &mut self,
         key: u64,
@@ -272,28 +273,35 @@ impl FlowTable {
         Some(id)
     }
 
-    /// The idle flow whose slot a new flow may take: the one idle the longest, unless its gate
-    /// has not gathered its whole burst again or `owes` (see [`FlowTable::get_or_insert`]).
-    /// Such a flow goes to the back of the idle list and the next is tried, up to
-    /// [`RECLAIM_TRIES`] of them, so that one slow flow at the front does not turn every new
-    /// flow away while others behind it could go, at O(1) per new flow.
+    /// The idle flow whose slot a new flow may take: the first on the idle list whose gate has
+    /// gathered its whole burst again and that `owes` nothing (see
+    /// [`FlowTable::get_or_insert`]). One that may not go goes to the back of the list and the
+    /// next is tried, up to [`RECLAIM_TRIES`] of them, so that one slow flow at the front does
+    /// not turn every new flow away while others behind it could go, at O(1) per new flow.
+    /// If every one tried whose gate is whole owes, the first of them goes, debt and all: a
+    /// debt is a matter of fairness (a packet or so), a refusal a lost packet. A gate not
+    /// whole is a rate limit, and is never given up.
     fn reclaimable(&mut self, now: u64, owes: impl Fn(&Flow) -> bool) -> Option<FlowId> {
+        let mut indebted = None;
         for _ in 0..RECLAIM_TRIES {
             let id = self.idle_head;
             if id == NIL {
-                return None;
+                break;
             }
             let f = &self.flows[id as usize];
-            if f.gate.is_none_or(|g| g.full(now)) && !owes(f) {
-                return Some(id);
+            if f.gate.is_none_or(|g| g.full(now)) {
+                if !owes(f) {
+                    return Some(id);
+                }
+                indebted.get_or_insert(id);
             }
             if id == self.idle_tail {
-                return None;
+                break;
             }
             self.unlink_idle(id);
             self.emptied(id);
         }
-        None
+        indebted
     }
 
     /// The flow's last packet left: put it on the idle list.

@@ -244,25 +244,29 @@ impl OracleTree {
                         let node = &self.nodes[f.leaf as usize];
                         holds(f.leaf) && node.policy.owes(&f.member.tags, &node.member_cfg[0], now)
                     };
-                    // The first of the first few idle flows that may go; one that may not
-                    // goes to the back.
-                    let mut found = None;
+                    // The first of the first few idle flows that may go and owes nothing; one
+                    // that may not goes to the back.
+                    let (mut found, mut indebted) = (None, None);
                     for _ in 0..RECLAIM_TRIES {
                         let Some(&id) = self.idle.front() else { break };
                         let f = &self.flows[id as usize];
-                        if !paced(f) && !owes(f) {
-                            found = Some(id);
-                            break;
+                        if !paced(f) {
+                            if !owes(f) {
+                                found = Some(id);
+                                break;
+                            }
+                            indebted.get_or_insert(id);
                         }
                         if self.idle.len() == 1 {
                             break;
                         }
                         self.idle.rotate_left(1);
                     }
-                    let Some(id) = found else {
+                    // All those tried that may go owe: the first of them goes, debt and all.
+                    let Some(id) = found.or(indebted) else {
                         return Err(RejectReason::FlowTableFull);
                     };
-                    self.idle.pop_front();
+                    self.idle.retain(|&i| i != id);
                     let old = &self.flows[id as usize];
                     self.by_key.remove(&(old.key, old.leaf));
                     self.flows[id as usize] = fresh;
