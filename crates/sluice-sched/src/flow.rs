@@ -209,14 +209,13 @@ impl FlowTable {
 
     /// The flow for (key, leaf), created if needed with `gate`. `None` when the table is full of
     /// active flows, or the first idle flows it tries ([`FlowTable::reclaimable`]) are all
-    /// still paced at `now` (a gate that has not yet
-    /// gathered its whole burst again: reclaimed, its pacing state was lost, and a flow sharing
-    /// a one-slot table with another sent at 500 times its rate; reclaimed as soon as its next
-    /// release had come, a flow with a 15 000 B burst at 10 Mbit/s got a fresh burst each time
-    /// and sent at 110). An idle flow that `owes` its policy service it had ahead of its share
-    /// goes only if no other tried can (reclaimed, its debt is forgotten: an fq flow that sent
-    /// a 65 000 B frame came back first as a new flow instead of sitting out the 21 rounds it
-    /// owed).
+    /// still paced at `now`, their gates not yet whole again. (Reclaimed, a paced flow's state
+    /// was lost: a flow sharing a one-slot table with another sent at 500 times its rate;
+    /// reclaimed as soon as its next release had come, a flow with a 15 000 B burst at 10
+    /// Mbit/s got a fresh burst each time and sent at 110.) An idle flow that `owes` its policy
+    /// service it had ahead of its share goes only if no other tried can (reclaimed, its debt
+    /// is forgotten: an fq flow that sent a 65 000 B frame came back first as a new flow
+    /// instead of sitting out the 21 rounds it owed).
     pub fn get_or_insert(
         &mut self,
         key: u64,
