@@ -242,7 +242,7 @@ impl OracleTree {
                         |leaf: NodeId| self.flows.iter().any(|f| f.leaf == leaf && f.queued > 0);
                     let owes = |f: &OFlow| {
                         let node = &self.nodes[f.leaf as usize];
-                        holds(f.leaf) && node.policy.owes(&f.member.tags, &node.member_cfg[0], now)
+                        holds(f.leaf) && node.policy.owes(&f.member.tags, &node.member_cfg[0])
                     };
                     // The first of the first few idle flows that may go and owes nothing; one
                     // that may not goes to the back.

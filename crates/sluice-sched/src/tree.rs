@@ -545,7 +545,7 @@ impl Scheduler {
         }
         let nodes = &self.nodes;
         let gate = || own.or(cap).map(|r| Gate::new(r, burst));
-        let owes = |f: &Flow| owes_busy_leaf(nodes, f, now);
+        let owes = |f: &Flow| owes_busy_leaf(nodes, f);
         let Some(flow) = self
             .flows
             .get_or_insert(p.flow, leaf, p.flow_id, now, gate, owes)
@@ -1724,7 +1724,7 @@ impl Scheduler {
             let whose = if by == i {
                 format!("its rate limit {limit}")
             } else {
-                whose.clone()
+                whose
             };
             let _ = writeln!(
                 out,
@@ -1939,10 +1939,9 @@ fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
 /// the shaper), so that its slot is not given to a new flow ([`FlowTable::get_or_insert`]).
 /// Those packets' service pays the debt. Once the leaf holds none, nothing would: a debt kept
 /// then could keep the slot for good, so it is forgotten with the flow.
-fn owes_busy_leaf(nodes: &[Node], f: &Flow, now: u64) -> bool {
+fn owes_busy_leaf(nodes: &[Node], f: &Flow) -> bool {
     let leaf = &nodes[f.leaf as usize];
-    leaf.stats.enqueued != leaf.stats.sent
-        && leaf.policy.owes(&f.member.tags, &leaf.member_cfg[0], now)
+    leaf.stats.enqueued != leaf.stats.sent && leaf.policy.owes(&f.member.tags, &leaf.member_cfg[0])
 }
 
 /// Pick the member to serve from a per-member node's queue(s): for a dual policy, the first

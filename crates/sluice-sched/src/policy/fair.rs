@@ -81,7 +81,7 @@ impl Policy for Wfq {
     fn virtual_time(&self) -> Option<u64> {
         Some(self.clock.v)
     }
-    fn owes(&self, tags: &Tags, _: &MemberCfg, _: u64) -> bool {
+    fn owes(&self, tags: &Tags, _: &MemberCfg) -> bool {
         // Back, it starts at max(V, F); a new member at V.
         tags.b > self.clock.v
     }
@@ -171,7 +171,7 @@ impl Policy for Drr {
         self.spend(tags, cfg, s.sent);
         [tags.a, ABSENT]
     }
-    fn owes(&self, tags: &Tags, cfg: &MemberCfg, _: u64) -> bool {
+    fn owes(&self, tags: &Tags, cfg: &MemberCfg) -> bool {
         // Back, it keeps its round and deficit if it is still ahead (`activate`); a new
         // member joins the next round with a quantum.
         let next = self.round + 1;
@@ -283,7 +283,7 @@ impl Policy for Fq {
         self.spend(tags, cfg, s.sent);
         [tags.a, ABSENT]
     }
-    fn owes(&self, tags: &Tags, _: &MemberCfg, _: u64) -> bool {
+    fn owes(&self, tags: &Tags, _: &MemberCfg) -> bool {
         // Rounds still owed for an overdraft (`activate` keeps them).
         tags.c != 0 && tags.a / 2 > self.round
     }

@@ -331,7 +331,7 @@ pub trait Policy: fmt::Debug + Send {
     /// keep no such debt: their virtual time stands still while reservations serve everyone,
     /// so a share tag ahead of it need not be a lead, and a flow kept for it could be kept
     /// for good.
-    fn owes(&self, _tags: &Tags, _cfg: &MemberCfg, _now: u64) -> bool {
+    fn owes(&self, _tags: &Tags, _cfg: &MemberCfg) -> bool {
         false
     }
 
@@ -601,8 +601,8 @@ impl Policy for AnyPolicy {
     fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
         with_policy!(self, p => p.reconfigured(tags, cfg))
     }
-    fn owes(&self, tags: &Tags, cfg: &MemberCfg, now: u64) -> bool {
-        with_policy!(self, p => p.owes(tags, cfg, now))
+    fn owes(&self, tags: &Tags, cfg: &MemberCfg) -> bool {
+        with_policy!(self, p => p.owes(tags, cfg))
     }
 }
 
