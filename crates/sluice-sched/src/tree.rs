@@ -63,7 +63,9 @@ pub enum RejectReason {
     /// The scheduler holds `capacity` packets already.
     #[error("packet buffer full")]
     BufferFull,
-    /// Every flow slot holds a flow with packets.
+    /// No flow slot could be given to a new flow: every slot holds a flow with packets, or the
+    /// idle flows tried are still paced (their gates have not gathered their whole burst
+    /// again, and a new gate would start with it).
     #[error("flow table full")]
     FlowTableFull,
     /// No classifier rule matched and there is no default class.
