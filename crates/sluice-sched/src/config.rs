@@ -23,7 +23,7 @@
 //!
 //! [shaper]                    # optional; defaults: 1024 ns slots, 2^20 of them (~1.07 s)
 //! slot = "1024ns"             # duration (units ns, us or µs, ms, s; to the nearest ns)
-//! horizon = "1s"              # duration; slots = ceil(horizon / slot), 1..=2^24 of them
+//! horizon = "1s"              # duration; slots = ceil(horizon / slot), 2..=2^24 of them
 //! beyond_horizon = "clamp"    # or "reject"
 //! queue = "timing_wheel"      # or an exact kind: binary_heap, btree, skiplist
 //!
