@@ -1271,8 +1271,9 @@ impl Scheduler {
     /// Lower node `n`'s virtual time before it overflows ([`Policy::rebase`]): every member's
     /// tags go down by the same amount, and each queue is emptied in order and refilled in that
     /// order at the members' new ranks. O(members of the node, and for a leaf the flow table),
-    /// at most once per 2^61 units of virtual time: an hour and a half at the fastest (one
-    /// weight-1 member alone at 100 Gbit/s), days at the rates of most classes.
+    /// once per about 2^62 units of virtual time (it rebases at [`REBASE_AT`], down to below
+    /// 2^41): an hour and a half at the fastest (one weight-1 member alone at 100 Gbit/s), days
+    /// at the rates of most classes.
     #[cold]
     #[inline(never)]
     fn rebase(&mut self, n: NodeId) {
