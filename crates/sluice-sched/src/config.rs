@@ -473,8 +473,11 @@ impl Ctx<'_> {
         } else if let Some(key) = what.strip_prefix("unknown field ") {
             what = format!("unknown key {}", shorten(key));
             expected = format!("a known key here: {expected}");
-        } else if what.starts_with("invalid type: integer") && what.contains("i128") {
-            // toml reads integers beyond i64 as i128, on either side of zero.
+        } else if (what.starts_with("invalid type: integer") && what.contains("i128"))
+            || what == "u64 value was too large"
+        {
+            // toml reads integers beyond i64 as i128, on either side of zero; one in
+            // 2^63..2^64 reaches a `Value` as a u64, which it refuses in its own words.
             let negative = self.snippet(span.clone()).trim_start().starts_with('-');
             what = if negative {
                 "an integer too far below zero".into()
@@ -2289,6 +2292,15 @@ queue = "binary_heap"
             2,
             &["an integer too large", "below 2^63"],
         );
+        // 2^64 - 1 and 2^63 fit a u64, which toml's `Value` refused as "u64 value was too
+        // large; expected valid TOML".
+        for big in ["18446744073709551615", "9223372036854775808"] {
+            fails(
+                &format!("[scheduler]\nflows = {big}\n"),
+                2,
+                &["an integer too large", "below 2^63"],
+            );
+        }
         fails(
             "[scheduler]\ncapacity = -99999999999999999999\n",
             2,
