@@ -2454,3 +2454,50 @@ fn new_flows_get_slots_beside_reserved_flows_that_take_the_whole_link() {
     // Every newcomer but the first four took an idle one's slot.
     assert_eq!(s.stats().flows_reclaimed, accepted - 4);
 }
+
+/// A flow whose deadlines lie past the second EDF and LSTF tell apart keeps its order behind a
+/// backlog older than a second. Such deadlines rank at the queue's first entry + 2 s; within a
+/// bucket entries leave in arrival order, so the first entry's rank stepped back and forth
+/// (deadlines 0.9 and 1.2 ms ahead share a 0.5 ms bucket here), + 2 s crossed a bucket's edge
+/// with it, and the flow's packets took turns between two buckets: one left 1.1 s of the
+/// flow's packets after it was due.
+#[test]
+fn a_flow_due_far_ahead_keeps_its_order_behind_an_old_backlog() {
+    for policy in [PolicyKind::Edf, PolicyKind::Lstf] {
+        let mut s = one_leaf(
+            SchedConfig::default(),
+            NodeSpec::new("root", policy).rate(Rate::mbit(10), 0),
+        );
+        // 2.4 s of backlog, deadlines 0 to 1.8 ms ahead, not in arrival order.
+        for t in 0..2000u64 {
+            let ahead = 1000 + (t % 7) * 300_000;
+            let mut p = packet(t, 0, 1000 + t, 1500);
+            p.fields.deadline = S + ahead;
+            p.fields.slack = ahead;
+            s.enqueue(S, &p).unwrap();
+        }
+        // Flow 7 sends one packet due 10 s ahead per departure, for 4 s.
+        let (mut now, mut token, mut last) = (S, 2000u64, None);
+        while now < 5 * S {
+            let mut p = packet(token, 0, 7, 100);
+            p.fields.deadline = now + 10 * S;
+            p.fields.slack = 10 * S;
+            s.enqueue(now, &p).unwrap();
+            token += 1;
+            match s.dequeue(now) {
+                Some(d) if d.flow == 7 => {
+                    assert!(
+                        last < Some(d.token),
+                        "{policy}: flow 7 sent {} after {last:?} at {now}",
+                        d.token
+                    );
+                    last = Some(d.token);
+                }
+                Some(_) => {}
+                None => now = s.next_event(now).unwrap().max(now + 1),
+            }
+        }
+        assert!(last.is_some(), "{policy}: flow 7 was served");
+        assert_eq!(s.stats().ranks_clamped, 0, "{policy}");
+    }
+}

@@ -30,23 +30,34 @@ const DEADLINE_QUEUE_SPAN_NS: u64 = 2 * DEADLINE_SPAN_NS;
 /// first, in arrival order). Behind an older backlog, deadlines past `floor + 2 s` rank there,
 /// in arrival order, after everything queued, and the queue never clamps.
 ///
+/// That last rank never moves back (`cap`, the node's latest): the first entry leaves its
+/// bucket in arrival order, not by rank, so `floor` steps back within a bucket as entries
+/// leave, and `floor + 2 s` with it, across a bucket's edge when 2 s is not a whole number of
+/// buckets. Behind a backlog older than a second, packets due later than that (a flow's, in
+/// order) then took turns between two buckets, and a flow's packets left out of order, 1.1 s
+/// of them. Kept, it is at most the old `floor + 2 s`, with the old floor in the new one's
+/// bucket (within a second behind `now` the floor only steps back there: packets arriving
+/// rank above it), so inside the windows all the same.
+///
 /// On an exact queue ([`Policy::exact_queues`]) there are no windows to stay in: the rank is
 /// `t` itself, so overdue packets too leave by their deadlines.
 #[inline]
-fn time_rank(exact: bool, t: u64, now: u64, floor: Rank) -> Rank {
+fn time_rank(exact: bool, cap: &mut Rank, t: u64, now: u64, floor: Rank) -> Rank {
     if exact {
         t.min(ABSENT - 1)
     } else {
-        deadline_rank(t, now, floor)
+        deadline_rank(cap, t, now, floor)
     }
 }
 
 /// See [`time_rank`].
 #[inline]
-fn deadline_rank(t: u64, now: u64, floor: Rank) -> Rank {
+fn deadline_rank(cap: &mut Rank, t: u64, now: u64, floor: Rank) -> Rank {
     let last = now
         .saturating_add(DEADLINE_SPAN_NS)
-        .min(floor.min(now).saturating_add(DEADLINE_QUEUE_SPAN_NS));
+        .min(floor.min(now).saturating_add(DEADLINE_QUEUE_SPAN_NS))
+        .max(*cap);
+    *cap = last;
     t.clamp(now.min(last), last)
 }
 
@@ -94,6 +105,8 @@ impl Policy for Prio {
 pub struct Edf {
     /// Rank by the deadlines themselves ([`Policy::exact_queues`]).
     exact: bool,
+    /// The latest rank a deadline was capped at ([`time_rank`]).
+    cap: Rank,
 }
 
 impl Policy for Edf {
@@ -123,7 +136,7 @@ impl Policy for Edf {
         } else {
             pkt.deadline
         };
-        time_rank(self.exact, t, now, floor)
+        time_rank(self.exact, &mut self.cap, t, now, floor)
     }
     fn exact_queues(&mut self) {
         self.exact = true;
@@ -141,6 +154,8 @@ impl Policy for Edf {
 pub struct Lstf {
     /// Rank by the times themselves ([`Policy::exact_queues`]).
     exact: bool,
+    /// The latest rank a time was capped at ([`time_rank`]).
+    cap: Rank,
 }
 
 impl Policy for Lstf {
@@ -166,6 +181,7 @@ impl Policy for Lstf {
     ) -> Rank {
         time_rank(
             self.exact,
+            &mut self.cap,
             pkt.arrival.saturating_add(pkt.slack),
             now,
             floor,
