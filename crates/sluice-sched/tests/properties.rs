@@ -760,7 +760,8 @@ fn edf_and_lstf_order_by_deadline_and_slack() {
 
 #[test]
 fn no_reordering_within_a_flow() {
-    // Every policy that keeps flows in order, under a WFQ root with a rate-limited class.
+    // Every policy, under a WFQ root with a rate-limited class (EDF and LSTF too: a flow
+    // without deadlines, or slack, is served first come first served).
     for policy in [
         PolicyKind::Fifo,
         PolicyKind::Prio,
@@ -770,6 +771,8 @@ fn no_reordering_within_a_flow() {
         PolicyKind::Pfabric,
         PolicyKind::Lqf,
         PolicyKind::HClock,
+        PolicyKind::Edf,
+        PolicyKind::Lstf,
     ] {
         let mut b = TreeBuilder::new(cfg(10_000));
         let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
