@@ -298,6 +298,8 @@ fn a_rate_limit_holds_within_one_percent_per_100ms_at_10m_1g_40g() {
         (Rate::mbit(10), 1500, 3),
         (Rate::gbit(1), 1500, 1),
         (Rate::gbit(40), 9000, 1),
+        // Past where BESS's limiter diverged (68 Gbit/s).
+        (Rate::gbit(100), 9000, 1),
     ] {
         // The limit sits on an internal node above a per-flow leaf, so packets pass the leaf,
         // wait in the shaper, and continue to the root.
