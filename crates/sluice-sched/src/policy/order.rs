@@ -56,7 +56,8 @@ fn deadline_rank(cap: &mut Rank, t: u64, now: u64, floor: Rank) -> Rank {
     let last = now
         .saturating_add(DEADLINE_SPAN_NS)
         .min(floor.min(now).saturating_add(DEADLINE_QUEUE_SPAN_NS))
-        .max(*cap);
+        // Never past a second ahead of `now`, even a `now` earlier than the last one.
+        .max((*cap).min(now.saturating_add(DEADLINE_SPAN_NS)));
     *cap = last;
     t.clamp(now.min(last), last)
 }
@@ -192,5 +193,30 @@ impl Policy for Lstf {
     }
     fn ranks_by_time(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_cap_never_reaches_past_a_second_ahead() {
+        let mut cap = 0;
+        // Behind a backlog older than a second: capped at floor + 2 s, kept as the floor
+        // steps back within its bucket.
+        let (now, floor) = (20_000_000_000, 18_500_000_000);
+        assert_eq!(
+            deadline_rank(&mut cap, u64::MAX, now, floor),
+            20_500_000_000
+        );
+        assert_eq!(
+            deadline_rank(&mut cap, u64::MAX, now, floor - 1000),
+            20_500_000_000
+        );
+        // A host's clock read earlier (`now` 10 s back) with an empty queue: a second ahead
+        // of that `now`, as without a kept cap, not 11 s.
+        let now = 10_000_000_000;
+        assert_eq!(deadline_rank(&mut cap, u64::MAX, now, now), 11_000_000_000);
     }
 }
