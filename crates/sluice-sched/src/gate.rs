@@ -8,6 +8,9 @@
 //! rate, at low rates as at high. Times are 32.32 fixed-point nanoseconds and `len / R` is a
 //! multiplication by the rate's reciprocal, rounded up ([`Rate::tx_time_fp_of`]): the rate is
 //! exact to 2^-32 ns per 1500-byte packet from 6 kbit/s up to 2^63 bit/s, and never exceeded.
+//! Release times saturate at `u64::MAX` ns, 584 years after time 0: what a gate would release
+//! later than that all goes at `u64::MAX` (hosts count time from their own start, or from the
+//! epoch, far from the end).
 //!
 //! Those are the release times; the shaper keeps them to one slot of its timing wheel
 //! (Carousel's granularity), so a node's or flow's gate whose packets take less than a slot
