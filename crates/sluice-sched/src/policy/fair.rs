@@ -300,7 +300,7 @@ impl Policy for Fq {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fq, charge};
+    use super::{FQ_REFILL_DELAY_NS, Fq, charge};
     use crate::packet::Meta;
     use crate::policy::{MemberCfg, NoBacklog, Policy, Service, Tags};
 
@@ -393,5 +393,50 @@ mod tests {
             assert!(rounds >= 1 && left >= 1 && left <= u64::from(q));
             assert_eq!(rounds as i64 * i64::from(q) - owed, left as i64);
         }
+    }
+
+    #[test]
+    fn an_owing_flow_idle_long_keeps_the_credit_its_overdraft_left() {
+        // fq refills a detached flow's credit after `flow_refill_delay`, but a flow that owes
+        // rounds for an overdraft is on the old list, not detached: back after 10 s, it is
+        // in the round it owes with the credit the overdraft left (65 000 B against 15 140 B
+        // of credit: 17 rounds ahead, 1616 B left).
+        let (mut fq, cfg) = (Fq::default(), MemberCfg::default());
+        let mut tags = Tags::default();
+        fq.activate(&mut tags, &cfg, &packet(65_000), 1_000);
+        let rank = serve(&mut fq, &mut tags, 65_000, 1_000);
+        assert_eq!((rank, tags.b), (2 * 17 + 1, 1616));
+        let back = fq.activate(&mut tags, &cfg, &packet(1514), 10_000_000_000)[0];
+        assert_eq!((back, tags.b), (rank, 1616));
+    }
+
+    #[test]
+    fn a_flow_is_refilled_only_once_idle_longer_than_the_refill_delay() {
+        // As fq's time_after(): idle exactly 40 ms it keeps what it had (140 B), a ns more
+        // and it gets a quantum.
+        for (idle, credit) in [(FQ_REFILL_DELAY_NS, 140), (FQ_REFILL_DELAY_NS + 1, 3028)] {
+            let (mut fq, cfg) = (Fq::default(), MemberCfg::default());
+            let mut tags = Tags::default();
+            fq.activate(&mut tags, &cfg, &packet(15_000), 0);
+            assert_eq!(serve(&mut fq, &mut tags, 15_000, 0), 0);
+            fq.activate(&mut tags, &cfg, &packet(100), idle);
+            assert_eq!(tags.b, credit, "idle {idle} ns");
+        }
+    }
+
+    #[test]
+    fn banking_missed_rounds_never_takes_credit_away() {
+        // A flow behind the round robin banks a quantum per missed round up to
+        // `initial_quantum`; one that already has more (the initial quantum was lowered
+        // since) keeps it.
+        let (mut fq, cfg) = (Fq::default(), MemberCfg::default());
+        let mut tags = Tags::default();
+        fq.activate(&mut tags, &cfg, &packet(100), 1_000);
+        serve(&mut fq, &mut tags, 100, 1_000);
+        assert_eq!(tags.b, 15_040);
+        assert!(fq.set_param("initial_quantum", 3028));
+        reach_round(&mut fq, 5, 2_000);
+        fq.activate(&mut tags, &cfg, &packet(100), 3_000);
+        assert_eq!(tags.b, 15_040);
     }
 }

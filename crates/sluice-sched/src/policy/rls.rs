@@ -281,4 +281,52 @@ mod tests {
             assert_eq!(tag_after(policy, Rate::gbit(1), 1500, 1000), 12_000_000);
         }
     }
+
+    #[test]
+    fn an_htb_tag_runs_at_most_one_packet_ahead_of_now() {
+        // Service borrowed from the share queue counts against the rate too, but a class
+        // never owes more than the packet it just sent: 1000 packets of 1500 B at 1 Gbit/s
+        // (12 us each) served at one instant leave its tag 12 us ahead.
+        let cfg = MemberCfg {
+            reservation: Some(Rate::gbit(1)),
+            ..MemberCfg::default()
+        };
+        let sent = Meta {
+            len: 1500,
+            ..Meta::default()
+        };
+        let (mut htb, mut tags, now) = (Htb::default(), Tags::default(), 1_000_000);
+        htb.activate(&mut tags, &cfg, &sent, now);
+        for _ in 0..1000 {
+            let s = Service {
+                sent: &sent,
+                available: 1,
+                backlog: &NoBacklog,
+                from: 1,
+                now,
+            };
+            htb.served(&mut tags, &cfg, &s);
+        }
+        assert_eq!(tags.a, now + 12_000);
+    }
+
+    #[test]
+    fn a_tag_due_now_keeps_its_fraction_of_a_ns() {
+        // Caught up to now only if behind it: a tag at now keeps the fraction it carries.
+        let cfg = MemberCfg {
+            reservation: Some(Rate::gbit(60)),
+            ..MemberCfg::default()
+        };
+        let head = Meta::default();
+        let mut hclock = HClock::default();
+        let mut tags = Tags {
+            a: 1000,
+            b: 0,
+            c: 1 << 31,
+        };
+        hclock.activate(&mut tags, &cfg, &head, 1000);
+        assert_eq!((tags.a, tags.c), (1000, 1 << 31));
+        hclock.activate(&mut tags, &cfg, &head, 1001);
+        assert_eq!((tags.a, tags.c), (1001, 0));
+    }
 }

@@ -148,3 +148,30 @@ fn rebase_offsets_are_aligned_and_leave_the_clock_small() {
         assert!((REBASE_ALIGN..2 * REBASE_ALIGN).contains(&(v - d)), "{v}");
     }
 }
+
+/// A rebase lowers the finish tag that an idle period brings the virtual time to with the
+/// virtual time itself: a flow that sends one packet per busy period rebases once, and its
+/// clock stays low after. (Left at the old scale, the next busy period began a whole offset
+/// ahead and rebased again.)
+#[test]
+fn a_rebase_lowers_the_clock_an_idle_period_brings_back() {
+    let mut b = builder();
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Wfq));
+    b.default_leaf(leaf);
+    let mut s = b.build().expect("a valid tree");
+    start_clocks_at(&mut s, REBASE_AT - 1000);
+    for token in 0..4 {
+        let p = Packet {
+            token,
+            len: 1500,
+            flow: 1,
+            ..Packet::default()
+        };
+        s.enqueue(token, &p).expect("room");
+        assert_eq!(s.dequeue(token).map(|d| d.token), Some(token));
+        assert!(s.is_empty());
+    }
+    assert_eq!(rebases(&s), [1]);
+    let v = s.nodes[0].policy.virtual_time().unwrap();
+    assert!(v < 2 * crate::policy::REBASE_ALIGN, "{v}");
+}
