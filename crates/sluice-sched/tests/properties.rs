@@ -2506,3 +2506,198 @@ fn a_flow_due_far_ahead_keeps_its_order_behind_an_old_backlog() {
         assert_eq!(s.stats().ranks_clamped, 0, "{policy}");
     }
 }
+
+/// After an idle period a fair node's virtual time is the largest finish tag its last busy
+/// period served, not the last one: class 0 sends 9000 B, then class 1 1500 B (both start at
+/// 0; class 1 empties last, with the smaller finish tag). Back after the idle, class 0 and a
+/// new class 2 alternate. (From class 1's finish tag, class 2 started 7500 B ahead of class
+/// 0 and sent five packets first.)
+#[test]
+fn fair_queuing_comes_back_from_idle_at_the_largest_finish_tag() {
+    let mut wrong = Vec::new();
+    for policy in [PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Htb] {
+        let mut b = TreeBuilder::new(cfg(100));
+        let root = b.root(NodeSpec::new("root", policy));
+        for class in 0..3u32 {
+            let leaf = b.child(root, NodeSpec::new(&format!("c{class}"), PolicyKind::Fifo));
+            b.rule(vec![Match::Class(class)], leaf);
+        }
+        let mut s = b.build().unwrap();
+        s.enqueue(S, &packet(0, 0, 0, 9000)).unwrap();
+        s.enqueue(S, &packet(1, 1, 1, 1500)).unwrap();
+        let first: Vec<u64> = std::iter::from_fn(|| s.dequeue(S).map(|d| d.token)).collect();
+        assert_eq!(first, [0, 1], "{policy:?}");
+        let t = 2 * S;
+        for token in 2..18u64 {
+            let class = if token % 2 == 0 { 0 } else { 2 };
+            s.enqueue(t, &packet(token, class, u64::from(class), 1500))
+                .unwrap();
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(t).map(|d| d.flow)).collect();
+        let alternate: Vec<u64> = (0..16).map(|i| if i % 2 == 0 { 0 } else { 2 }).collect();
+        if order != alternate {
+            wrong.push(format!("{policy:?}: {order:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "not alternating: {wrong:#?}");
+}
+
+#[test]
+fn wfq_stays_fair_in_bytes_when_flows_empty_after_every_packet() {
+    // As drr and fq (above): a wfq flow that empties keeps its finish tag and comes back at
+    // max(V, F), so a flow of 9000 B packets does not get six times the bytes of one of
+    // 1500 B by coming back level with it every time.
+    assert_within_one_percent(PolicyKind::Wfq, [1500, 100, 9000, 1448], 1);
+}
+
+/// An idle flow owes its fair leaf exactly when it would come back behind where a new flow
+/// starts. A wfq flow whose finish tag is the virtual time, or a drr flow in the round being
+/// served, owes nothing: the longest idle goes first. A drr flow a round ahead with less than
+/// a quantum (it overdrew) owes, and the idle flow behind it goes instead.
+#[test]
+fn whether_an_idle_flow_owes_is_exact_at_the_boundary() {
+    // (policy, flow 1's packet, flow 2's packet, the flow that gives its slot)
+    for (policy, first, second, gone) in [
+        // wfq: after flow 3's second packet V = 1500 B = flow 1's finish tag.
+        (PolicyKind::Wfq, 1500, 100, 1),
+        // drr (3028 B quanta): flow 1 overdraws by 972 B, one round ahead with 2056 B.
+        (PolicyKind::Drr, 4000, 100, 2),
+    ] {
+        let c = SchedConfig {
+            flows: 3,
+            ..cfg(1000)
+        };
+        let mut s = one_leaf(c, NodeSpec::new("leaf", policy));
+        s.enqueue(S, &packet(1, 0, 1, first)).unwrap();
+        s.enqueue(S, &packet(2, 0, 2, second)).unwrap();
+        for token in 3..8 {
+            s.enqueue(S, &packet(token, 0, 3, 1500)).unwrap();
+        }
+        let sent: Vec<u64> = (0..4).map(|_| s.dequeue(S).unwrap().flow).collect();
+        assert_eq!(sent, [1, 2, 3, 3], "{policy:?}");
+        s.enqueue(S, &packet(8, 0, 4, 100)).unwrap();
+        let kept = 3 - gone;
+        assert_eq!(s.flow_id(0, gone), None, "{policy:?}: {gone} gave its slot");
+        assert!(
+            s.flow_id(0, kept).is_some(),
+            "{policy:?}: {kept} kept its slot"
+        );
+    }
+}
+
+/// DRR resets an emptied member: a drr flow that empties with deficit left in the round being
+/// served comes back in the next round with a fresh quantum, behind the flows still in the
+/// line. (Kept in the round it emptied in, with its deficit, a flow that empties after every
+/// small packet went ahead of backlogged flows again and again.)
+#[test]
+fn a_drr_flow_that_empties_comes_back_in_the_next_round() {
+    let mut s = one_leaf(cfg(1000), NodeSpec::new("leaf", PolicyKind::Drr));
+    for token in 0..10 {
+        s.enqueue(S, &packet(token, 0, 1, 1500)).unwrap();
+    }
+    s.enqueue(S, &packet(10, 0, 2, 100)).unwrap();
+    // Flow 1 spends its quantum (three packets), then flow 2 sends 100 B of its own.
+    while s.dequeue(S).is_some_and(|d| d.flow != 2) {}
+    s.enqueue(S, &packet(11, 0, 2, 100)).unwrap();
+    assert_eq!(s.dequeue(S).map(|d| d.flow), Some(1));
+}
+
+/// LSTF ranks a packet by when its slack runs out, arrival + slack, also when it reaches the
+/// leaf later, held at its flow's gate: packet 1 arrives at 0 with 10 ms of slack and waits
+/// 5 ms behind packet 0 at its flow's 2.4 Mbit/s; packet 2 arrives at 5 ms with 7 ms. Packet
+/// 1 runs out first and goes first.
+#[test]
+fn lstf_ranks_a_packet_held_at_its_gate_from_its_arrival() {
+    for queue in ["auto", "btree"] {
+        let mut s = one_leaf_file("lstf", queue);
+        let with = |token, flow, slack, pacing_bps| {
+            let mut p = packet(token, 0, flow, 1500);
+            (p.fields.slack, p.fields.pacing_bps) = (slack, pacing_bps);
+            p
+        };
+        s.enqueue(0, &with(0, 1, 10 * MS, 2_400_000)).unwrap();
+        s.enqueue(0, &with(1, 1, 10 * MS, 2_400_000)).unwrap();
+        assert_eq!(s.dequeue(0).map(|d| d.token), Some(0));
+        s.enqueue(5 * MS, &with(2, 2, 7 * MS, 0)).unwrap();
+        let t = 6 * MS;
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(t).map(|d| d.token)).collect();
+        assert_eq!(order, [1, 2], "{queue}");
+    }
+}
+
+/// On `auto`'s bucketed queue pFabric ranks compressed sizes, and a packet that lowers its
+/// flow's least remaining size within the same code keeps the flow's place: flow 1 (1 000
+/// 400 B left) came before flow 2 (1 000 000 B, the same code), and its next packet (1 000
+/// 300 B) does not send it behind flow 2.
+#[test]
+fn pfabric_keeps_a_flows_place_when_its_rank_does_not_change() {
+    let mut s = one_leaf_file("pfabric", "auto");
+    for (token, flow, remaining) in [
+        (1u64, 1u64, 1_000_400u64),
+        (2, 2, 1_000_000),
+        (3, 1, 1_000_300),
+    ] {
+        let mut p = packet(token, 0, flow, 1500);
+        p.fields.remaining = remaining;
+        s.enqueue(0, &p).unwrap();
+    }
+    assert_eq!(s.dequeue(0).map(|d| d.flow), Some(1));
+}
+
+#[test]
+fn lqf_ties_a_new_flow_by_when_it_reached_one_packet() {
+    // Flow 1's single packet came before flow 2 came down from two packets to one: it goes
+    // first, on an exact queue as on `auto`'s, whose range holds every rank LQF gives.
+    for queue in ["auto", "btree"] {
+        let mut s = one_leaf_file("lqf", queue);
+        for (token, flow) in [(0, 1), (1, 2), (2, 2)] {
+            s.enqueue(0, &packet(token, 0, flow, 100)).unwrap();
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(0).map(|d| d.flow)).collect();
+        assert_eq!(order, [2, 1, 2], "{queue}");
+        assert_eq!(s.stats().ranks_clamped, 0, "{queue}");
+    }
+}
+
+/// On a bucketed queue EDF ranks overdue packets as due now, in arrival order, ahead of those
+/// still due, and never outside the queue's windows.
+#[test]
+fn edf_on_a_bucketed_queue_sends_overdue_packets_first_in_arrival_order() {
+    let mut s = one_leaf_file("edf", "auto");
+    let now = 10 * S;
+    for (token, deadline) in [
+        (1u64, now + 300 * MS),
+        (2, now - 500 * MS),
+        (3, now - 9 * S),
+    ] {
+        let mut p = packet(token, 0, token, 1500);
+        p.fields.deadline = deadline;
+        s.enqueue(now, &p).unwrap();
+    }
+    let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(now).map(|d| d.token)).collect();
+    assert_eq!(order, [2, 3, 1]);
+    assert_eq!(s.stats().ranks_clamped, 0);
+}
+
+/// A node's counters: `shaped` counts every packet that waited at its gate (in the shaper or
+/// in line behind the one there), `sent_bytes` what left through it.
+#[test]
+fn node_stats_count_packets_held_at_a_gate_and_bytes_sent() {
+    let mut b = TreeBuilder::new(cfg(100));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+    let leaf = b.child(
+        root,
+        NodeSpec::new("leaf", PolicyKind::Fifo).rate(Rate::mbit(1), 0),
+    );
+    b.default_leaf(leaf);
+    let mut s = b.build().unwrap();
+    for token in 0..3 {
+        s.enqueue(S, &packet(token, 0, 1, 1500)).unwrap();
+    }
+    // The first passes; the second waits in the shaper, the third in line behind it.
+    assert_eq!(s.node_stats(leaf).shaped, 2);
+    assert_eq!(drain(&mut s, S), [0, 1, 2]);
+    for n in [root, leaf] {
+        assert_eq!(s.node_stats(n).sent_bytes, 4500);
+    }
+}
