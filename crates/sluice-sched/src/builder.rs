@@ -995,4 +995,35 @@ mod tests {
         });
         assert_eq!(above.kind, QueueKind::CircularApprox);
     }
+
+    #[test]
+    fn auto_gives_an_ffs_up_to_eiffels_1024_levels_and_a_hierarchical_one_above() {
+        assert_eq!(auto(RankShape::Levels(FEW_LEVELS)).kind, QueueKind::Ffs);
+        assert_eq!(
+            auto(RankShape::Levels(FEW_LEVELS + 1)).kind,
+            QueueKind::HierFfs
+        );
+    }
+
+    #[test]
+    fn a_weight_outside_1_to_max_weight_is_refused() {
+        for (weight, ok) in [
+            (0, false),
+            (1, true),
+            (MAX_WEIGHT, true),
+            (MAX_WEIGHT + 1, false),
+        ] {
+            let mut b = TreeBuilder::new(SchedConfig::default());
+            let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
+            let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo).weight(weight));
+            b.default_leaf(a);
+            match b.build() {
+                Ok(_) => assert!(ok, "weight {weight} accepted"),
+                Err(BuildError::Invalid(e)) => {
+                    assert!(!ok && e.contains("weight"), "weight {weight}: {e}")
+                }
+                Err(e) => panic!("weight {weight}: {e}"),
+            }
+        }
+    }
 }

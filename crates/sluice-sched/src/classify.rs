@@ -198,4 +198,46 @@ mod tests {
         assert!(!in_prefix(Some(v6), "10.0.0.0".parse().unwrap(), 8));
         assert!(!in_prefix(None, "10.0.0.0".parse().unwrap(), 8));
     }
+
+    #[test]
+    fn port_ranges_include_both_ends() {
+        let at = |sport: u16, dport: u16| Packet {
+            len: 100,
+            headers: Headers {
+                sport: Some(sport),
+                dport: Some(dport),
+                ..Headers::default()
+            },
+            ..Packet::default()
+        };
+        for (lo, hi) in [(5000, 5999), (80, 80)] {
+            for (port, inside) in [(lo - 1, false), (lo, true), (hi, true), (hi + 1, false)] {
+                assert_eq!(
+                    Match::Sport(lo, hi).holds(&at(port, 0)),
+                    inside,
+                    "sport {port}"
+                );
+                assert_eq!(
+                    Match::Dport(lo, hi).holds(&at(0, port)),
+                    inside,
+                    "dport {port}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ports_match_with_every_protocol_that_carries_them() {
+        let rule = |proto: u8| Rule {
+            all: vec![Match::Proto(proto), Match::Dport(80, 80)],
+            leaf: 0,
+        };
+        // TCP, UDP, DCCP, SCTP, UDP-Lite.
+        for proto in [6, 17, 33, 132, 136] {
+            assert_eq!(rule(proto).never_matches(), None, "proto {proto}");
+        }
+        for proto in [1, 47, 58] {
+            assert!(rule(proto).never_matches().is_some(), "proto {proto}");
+        }
+    }
 }

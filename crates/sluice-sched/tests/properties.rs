@@ -2701,3 +2701,20 @@ fn node_stats_count_packets_held_at_a_gate_and_bytes_sent() {
         assert_eq!(s.node_stats(n).sent_bytes, 4500);
     }
 }
+
+/// A weight set at run time is clamped to 1..=MAX_WEIGHT (2^16), as the builder and a policy
+/// file require: what the compiled tree shows is the weight in effect.
+#[test]
+fn a_weight_set_at_run_time_is_clamped_to_its_range() {
+    let mut b = TreeBuilder::new(cfg(64));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
+    let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+    b.default_leaf(a);
+    let mut s = b.build().unwrap();
+    for (set, shown) in [(u32::MAX, 65_536), (0, 1), (65_536, 65_536), (7, 7)] {
+        assert!(s.set_weight(a, set));
+        let d = s.describe();
+        let line = d.lines().find(|l| l.contains("─ a [")).unwrap();
+        assert!(line.ends_with(&format!(" weight {shown}")), "{set}: {line}");
+    }
+}
