@@ -239,3 +239,59 @@ fn indexes_too_large_for_memory_are_errors_not_aborts() {
         Err(ConfigError::OutOfMemory { .. })
     ));
 }
+
+#[test]
+fn range_counters_start_exactly_past_the_last_ordered_bucket() {
+    // 8 buckets of 10: a fixed range and a wheel order [0, 80); a circular queue based at 0
+    // orders its primary and secondary, [0, 160). The last rank inside is neither clamped nor
+    // rejected; the first rank past it is, once.
+    for kind in QueueKind::ALL.into_iter().filter(|k| !k.exact()) {
+        let end = if matches!(kind, QueueKind::Cffs | QueueKind::CircularApprox) {
+            160
+        } else {
+            80
+        };
+        for overflow in [Overflow::Clamp, Overflow::Reject] {
+            let mut s = spec(kind, 8, 10, 16);
+            s.overflow = overflow;
+            let mut q = s.build::<u32>().unwrap();
+            q.push(0, 0).unwrap();
+            q.push(end - 1, 1).unwrap();
+            let st = q.stats();
+            assert_eq!(
+                (st.clamped, st.rejected_range),
+                (0, 0),
+                "{kind} {overflow:?}"
+            );
+            let past = q.push(end, 2);
+            let st = q.stats();
+            match overflow {
+                Overflow::Clamp => {
+                    assert!(past.is_ok(), "{kind}");
+                    assert_eq!((st.clamped, st.rejected_range), (1, 0), "{kind}");
+                }
+                Overflow::Reject => {
+                    assert!(matches!(past, Err(PushError::OutOfRange { .. })), "{kind}");
+                    assert_eq!((st.clamped, st.rejected_range), (0, 1), "{kind}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_handle_stays_stale_when_its_storage_is_reused_after_a_remove() {
+    // The removal frees the item's storage; the next push takes the same storage back. The
+    // removed item's handle must not name the new item.
+    for kind in QueueKind::ALL {
+        let mut q = spec(kind, 8, 1, 4).build::<u32>().unwrap();
+        let old = q.push(3, 1).unwrap();
+        assert_eq!(q.remove(old).map(|e| e.item), Ok(1), "{kind}");
+        let new = q.push(3, 2).unwrap();
+        assert_ne!(old, new, "{kind}");
+        assert_eq!(q.rank_of(old), None, "{kind}");
+        assert_eq!(q.remove(old), Err(StaleHandle), "{kind}");
+        assert_eq!(q.len(), 1, "{kind}");
+        assert_eq!(q.remove(new).map(|e| e.item), Ok(2), "{kind}");
+    }
+}

@@ -30,6 +30,9 @@ enum Op {
     Requeue(usize, RankPick),
     /// Advance the time cursor by this fraction of the span (in 1/64ths) and `pop_due`.
     Due(u64),
+    /// Advance the time cursor by this fraction of the span (in 1/64ths) and `advance` to it
+    /// (a wheel's front moves, never past a queued item).
+    Advance(u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Remove),
         2 => (any::<usize>(), rank_pick()).prop_map(|(n, p)| Op::Requeue(n, p)),
         2 => (0u64..96).prop_map(Op::Due),
+        1 => (0u64..96).prop_map(Op::Advance),
     ]
 }
 
@@ -289,6 +293,18 @@ fn run_on<Q: RankQueue<u32>>(
                 if let Some(e) = a {
                     forget(&mut live, &mut pos, e.item);
                 }
+            }
+            Op::Advance(sixty_fourths) => {
+                now += c.span * sixty_fourths / 64;
+                q.advance(now);
+                o.advance(now);
+                prop_assert_eq!(
+                    q.next_deadline(),
+                    o.next_deadline(),
+                    "step {}: next_deadline after advance({})",
+                    step,
+                    now
+                );
             }
         }
         prop_assert_eq!(q.len(), o.len(), "step {}: len", step);
