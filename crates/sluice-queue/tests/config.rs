@@ -295,3 +295,44 @@ fn a_handle_stays_stale_when_its_storage_is_reused_after_a_remove() {
         assert_eq!(q.remove(new).map(|e| e.item), Ok(2), "{kind}");
     }
 }
+
+#[test]
+fn a_requeue_past_the_range_is_counted_as_clamped_in_place_or_not() {
+    for kind in QueueKind::ALL.into_iter().filter(|k| !k.exact()) {
+        let mut q = spec(kind, 8, 10, 16).build::<u32>().unwrap();
+        // Holds a moving range where it is.
+        q.push(0, 0).unwrap();
+        // Alone in its bucket: a fixed range's requeue moves it in place.
+        let h = q.push(55, 1).unwrap();
+        let h = q.requeue(h, 1 << 40, 1).unwrap();
+        assert_eq!(q.stats().clamped, 1, "{kind}: in place");
+        // Not alone: removed and pushed.
+        q.push(1 << 40, 2).unwrap();
+        q.requeue(h, 1 << 41, 1).unwrap();
+        assert_eq!(q.stats().clamped, 3, "{kind}: remove and push");
+        assert_eq!(q.len(), 3, "{kind}");
+    }
+}
+
+#[test]
+fn bucket_for_names_the_bucket_a_push_files_under() {
+    let cfg = RangeConfig {
+        base: 100,
+        ..RangeConfig::new(8, 10, 16)
+    };
+    let q: sluice_queue::FfsQueue<u32> = sluice_queue::FfsQueue::new(cfg).unwrap();
+    for (rank, bucket) in [
+        (0, 0),
+        (99, 0),
+        (100, 0),
+        (109, 0),
+        (110, 1),
+        (169, 6),
+        (170, 7),
+        (179, 7),
+        (180, 7),
+        (u64::MAX, 7),
+    ] {
+        assert_eq!(q.bucket_for(rank), bucket, "rank {rank}");
+    }
+}
