@@ -240,3 +240,26 @@ fn circular_approx_moves_forever_within_bound() {
     );
     println!("circular approx: worst order error {worst} buckets (bound {bound})");
 }
+
+/// A lone bucket: the estimate lands some buckets before it (an empty bucket), which is a miss,
+/// counted once per lookup, by both the fixed and the circular queue.
+#[test]
+fn a_lone_bucket_is_a_counted_miss_found_exactly() {
+    let mut q: ApproxGradientQueue<u32> =
+        ApproxGradientQueue::new(RangeConfig::new(600, 1, 16), 16).unwrap();
+    q.push(300, 7).unwrap();
+    assert_eq!(q.peek_min().map(|e| e.item), Some(7));
+    assert_eq!(q.stats().misses, 1);
+    assert_eq!(q.next_deadline(), Some(300));
+    assert_eq!(q.stats().misses, 2);
+
+    let mut c: sluice_queue::CircularApproxQueue<u32> =
+        sluice_queue::CircularApproxQueue::new(sluice_queue::CircularConfig::new(500, 1, 16), 16)
+            .unwrap();
+    c.push(0, 1).unwrap();
+    c.push(300, 2).unwrap();
+    assert_eq!(c.pop_min().map(|e| e.item), Some(1));
+    let before = c.stats().misses;
+    assert_eq!(c.pop_min().map(|e| e.item), Some(2));
+    assert_eq!(c.stats().misses, before + 1);
+}
