@@ -271,3 +271,28 @@ fn a_lone_bucket_is_a_counted_miss_found_exactly() {
     assert_eq!(c.pop_min().map(|e| e.item), Some(2));
     assert_eq!(c.stats().misses, before + 1);
 }
+
+/// One bucket, an empty gap, then a block to the end of the window: the block pulls the
+/// estimate into the gap, an empty bucket past the first, and the search back from it must
+/// reach the first (the bound covers how far the estimate falls short).
+#[test]
+fn an_estimate_that_falls_in_a_gap_past_the_first_is_searched_back_from() {
+    use sluice_queue::approx_gradient::{ApproxGradient, Window};
+    use sluice_queue::fixed::BucketIndex;
+    let n = Window::for_alpha(16).unwrap().buckets();
+    let mut missed = 0;
+    for first in (0..n - 2).step_by(3) {
+        for block in (first + 2..n).step_by(5) {
+            let mut idx = ApproxGradient::new(16, n).unwrap();
+            idx.insert(first);
+            for b in block..n {
+                idx.insert(b);
+            }
+            let occupied = |j: usize| j == first || j >= block;
+            let before = idx.misses();
+            assert_eq!(idx.first(occupied), Some(first), "block from {block}");
+            missed += idx.misses() - before;
+        }
+    }
+    assert!(missed > 0);
+}
