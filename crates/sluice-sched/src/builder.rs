@@ -1006,6 +1006,48 @@ mod tests {
     }
 
     #[test]
+    fn auto_caps_a_fixed_range_at_its_bucket_count_and_widens_the_buckets() {
+        let q = auto(RankShape::Fixed { max: 1 << 20 });
+        assert_eq!(q.buckets as u64, FIXED_BUCKETS);
+        assert!(q.granularity * FIXED_BUCKETS >= 1 << 20, "{q:?}");
+    }
+
+    #[test]
+    fn a_leaf_hclock_under_auto_orders_its_reservations_on_cffs() {
+        // Only an internal node's reservation queue becomes a heap (few children); a leaf's
+        // flows share one reservation, whose tags a moving range orders well.
+        let mut b = TreeBuilder::new(SchedConfig::default());
+        let mut spec = NodeSpec::new("root", PolicyKind::HClock);
+        spec.flows.reservation = Some(Rate::mbit(1));
+        let root = b.root(spec);
+        b.default_leaf(root);
+        let d = b.build().unwrap().describe();
+        assert!(d.contains("queue cffs(") && d.contains("+ cffs("), "{d}");
+        assert!(!d.contains("binary_heap"), "{d}");
+    }
+
+    #[test]
+    fn a_moving_range_counts_its_two_ranges_of_buckets_against_the_tree() {
+        let mut b = TreeBuilder::new(SchedConfig::default());
+        let root = b.root(
+            NodeSpec::new("root", PolicyKind::Wfq).queue(QueueChoice::Kind {
+                kind: QueueKind::Cffs,
+                buckets: Some(MAX_TREE_BUCKETS / 2 + 1),
+                granularity: None,
+            }),
+        );
+        let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+        b.default_leaf(a);
+        match b.build() {
+            Err(BuildError::TooManyBuckets { buckets, .. }) => {
+                assert_eq!(buckets, MAX_TREE_BUCKETS + 2)
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("built"),
+        }
+    }
+
+    #[test]
     fn a_weight_outside_1_to_max_weight_is_refused() {
         for (weight, ok) in [
             (0, false),

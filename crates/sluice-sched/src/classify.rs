@@ -200,6 +200,38 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_length_prefix_holds_every_address_of_its_family() {
+        let from = |src: &str| Packet {
+            len: 100,
+            headers: Headers {
+                src: Some(src.parse().unwrap()),
+                ..Headers::default()
+            },
+            ..Packet::default()
+        };
+        let any4 = Match::Src("0.0.0.0".parse().unwrap(), 0);
+        let any6 = Match::Src("::".parse().unwrap(), 0);
+        assert!(any4.holds(&from("10.1.2.3")));
+        assert!(any6.holds(&from("2001:db8::1")));
+        assert!(!any4.holds(&from("2001:db8::1")));
+        assert!(!any6.holds(&from("10.1.2.3")));
+    }
+
+    #[test]
+    fn only_addresses_of_two_families_make_a_rule_that_never_matches() {
+        let rule = |all: Vec<Match>| Rule { all, leaf: 0 }.never_matches();
+        let v4 = || Match::Src("10.0.0.0".parse().unwrap(), 8);
+        let v6 = || Match::Dst("2001:db8::".parse().unwrap(), 32);
+        assert_eq!(rule(vec![v4()]), None);
+        assert_eq!(rule(vec![v6()]), None);
+        assert_eq!(
+            rule(vec![v4(), Match::Dst("10.9.0.0".parse().unwrap(), 16)]),
+            None
+        );
+        assert!(rule(vec![v4(), v6()]).is_some_and(|why| why.contains("two families")));
+    }
+
+    #[test]
     fn port_ranges_include_both_ends() {
         let at = |sport: u16, dport: u16| Packet {
             len: 100,
