@@ -2273,6 +2273,18 @@ queue = "binary_heap"
             "{e}"
         );
         assert!(e.len() < 300, "{e}");
+        // Eight nodes are shown whole, without the count.
+        let mut eight = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
+        for i in 0..8 {
+            let p = (i + 1) % 8;
+            eight += &format!("[[node]]\nname = \"c{i}\"\nparent = \"c{p}\"\npolicy = \"wfq\"\n");
+        }
+        let e = error(&eight);
+        assert!(
+            e.contains("c0 -> c1 -> c2 -> c3 -> c4 -> c5 -> c6 -> c7 -> c0"),
+            "{e}"
+        );
+        assert!(!e.contains("nodes)"), "{e}");
         let own = "[[node]]\nname = \"r\"\npolicy = \"wfq\"\n\
                    [[node]]\nname = \"x\"\nparent = \"x\"\npolicy = \"fifo\"\n";
         fails(own, 6, &["cycle: x -> x"]);
