@@ -289,6 +289,28 @@ fn measure_200_mbit_limit(
     Some(((iperf_bps, daemon_bps), ticks))
 }
 
+/// [`measure_200_mbit_limit`], and once more if a measurement lies outside 2% of 200
+/// Mbit/s: the machine is shared, and a neighbour's load that starves the engine or the
+/// senders for a few milliseconds (CoDel marks, cubic backs off) cost one CI run 6% (188.6
+/// Mbit/s; 199.4-199.9 in four runs right after). The second measurement is the one asserted.
+fn measure_200_mbit_limit_again_if_off(
+    tag: &str,
+    ecn: Option<&str>,
+    flows: u32,
+    engines: u32,
+) -> Option<((f64, f64), HashMap<String, u64>)> {
+    let first = measure_200_mbit_limit(tag, ecn, flows, engines)?;
+    let (iperf_bps, daemon_bps) = first.0;
+    if [iperf_bps, daemon_bps]
+        .iter()
+        .all(|bps| (bps - 200e6).abs() <= 0.02 * 200e6)
+    {
+        return Some(first);
+    }
+    println!("outside 2% of 200 Mbit/s: measuring again");
+    measure_200_mbit_limit(&format!("{tag}-2"), ecn, flows, engines)
+}
+
 /// Assert that both measurements of [`measure_200_mbit_limit`] lie within 2% of 200 Mbit/s.
 fn assert_within_2_percent((iperf_bps, daemon_bps): (f64, f64)) {
     let target = 200e6;
@@ -307,7 +329,7 @@ fn assert_within_2_percent((iperf_bps, daemon_bps): (f64, f64)) {
 /// the link idle.
 #[test]
 fn a_200_mbit_limit_holds_within_2_percent() {
-    if let Some((rates, _)) = measure_200_mbit_limit("rate", None, 2, 1) {
+    if let Some((rates, _)) = measure_200_mbit_limit_again_if_off("rate", None, 2, 1) {
         assert_within_2_percent(rates);
     }
 }
@@ -316,7 +338,7 @@ fn a_200_mbit_limit_holds_within_2_percent() {
 /// shaper's conformance alone (if only the test above fails, look at marking, not shaping).
 #[test]
 fn a_200_mbit_limit_holds_within_2_percent_without_ecn() {
-    if let Some((rates, _)) = measure_200_mbit_limit("rate-noecn", Some("off"), 2, 1) {
+    if let Some((rates, _)) = measure_200_mbit_limit_again_if_off("rate-noecn", Some("off"), 2, 1) {
         assert_within_2_percent(rates);
     }
 }
@@ -327,7 +349,7 @@ fn a_200_mbit_limit_holds_within_2_percent_without_ecn() {
 /// to change it.
 #[test]
 fn a_200_mbit_limit_shared_by_two_engines_holds_within_2_percent() {
-    if let Some((rates, ticks)) = measure_200_mbit_limit("rate-2e", None, 8, 2) {
+    if let Some((rates, ticks)) = measure_200_mbit_limit_again_if_off("rate-2e", None, 8, 2) {
         assert_within_2_percent(rates);
         assert_eq!(ticks.len(), 2, "two engine threads: {ticks:?}");
         assert!(
