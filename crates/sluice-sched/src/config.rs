@@ -2261,25 +2261,25 @@ queue = "binary_heap"
                     [[node]]\nname = \"b\"\nparent = \"a\"\npolicy = \"wfq\"\n\
                     [[node]]\nname = \"c\"\nparent = \"b\"\npolicy = \"fifo\"\n";
         fails(text, 6, &["cycle: a -> b -> a", "root `r`"]);
+        // A root beside a cycle of `n` nodes, c0 -> c1 -> ... -> c0.
+        let ring = |n: usize| {
+            let mut text = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
+            for i in 0..n {
+                let p = (i + 1) % n;
+                text +=
+                    &format!("[[node]]\nname = \"c{i}\"\nparent = \"c{p}\"\npolicy = \"wfq\"\n");
+            }
+            text
+        };
         // A long cycle: its first nodes and its length, on one short line.
-        let mut long = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
-        for i in 0..1000 {
-            let p = (i + 1) % 1000;
-            long += &format!("[[node]]\nname = \"c{i}\"\nparent = \"c{p}\"\npolicy = \"wfq\"\n");
-        }
-        let e = error(&long);
+        let e = error(&ring(1000));
         assert!(
             e.contains("c0 -> c1 -> ") && e.contains("... (1000 nodes) -> c0"),
             "{e}"
         );
         assert!(e.len() < 300, "{e}");
         // Eight nodes are shown whole, without the count.
-        let mut eight = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
-        for i in 0..8 {
-            let p = (i + 1) % 8;
-            eight += &format!("[[node]]\nname = \"c{i}\"\nparent = \"c{p}\"\npolicy = \"wfq\"\n");
-        }
-        let e = error(&eight);
+        let e = error(&ring(8));
         assert!(
             e.contains("c0 -> c1 -> c2 -> c3 -> c4 -> c5 -> c6 -> c7 -> c0"),
             "{e}"

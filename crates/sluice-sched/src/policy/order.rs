@@ -15,7 +15,8 @@ const DEADLINE_QUEUE_SPAN_NS: u64 = 2 * DEADLINE_SPAN_NS;
 
 /// A deadline-like time `t` as a rank at `now`, for a queue whose first entry has rank
 /// `floor` (`now` when it is empty): clamped to `[now, now + DEADLINE_SPAN_NS]`, and never
-/// past `min(floor, now) + DEADLINE_QUEUE_SPAN_NS`.
+/// past `min(floor, now) + DEADLINE_QUEUE_SPAN_NS` unless the node capped a rank higher before
+/// (`cap`, below: the floor stepped back within its bucket since).
 ///
 /// The moving-range queues (cFFS and its approximate form) hold two adjacent windows, aligned
 /// to their span, from the one their first entry is in: whatever its phase, they reach at
