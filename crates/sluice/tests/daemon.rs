@@ -16,8 +16,8 @@ mod daemon_lab;
 
 use daemon_lab::{
     ADDR_A, ADDR_B, Lab, assert_nothing_left, assert_ping, class, class_rate_bps, free_port,
-    http_get, iperf_mss, iperf_received, ns_addresses, ns_has_interface, process_ticks,
-    tcp_wire_bytes, thread_ticks, wait_for,
+    http_get, iperf_mss, iperf_received, measured_again_if_off, ns_addresses, ns_has_interface,
+    process_ticks, tcp_wire_bytes, thread_ticks, wait_for,
 };
 use sluice_dp::control::{Reply, Request};
 use sluice_dp::netns::{in_netns, netns_exists};
@@ -289,23 +289,21 @@ fn measure_200_mbit_limit(
     Some(((iperf_bps, daemon_bps), ticks))
 }
 
-/// [`measure_200_mbit_limit`], and once more if a measurement lies outside 2% of 200
-/// Mbit/s: the machine is shared, and a neighbour's load that starves the engine or the
-/// senders for a few milliseconds (CoDel marks, cubic backs off) cost one CI run 6% (188.6
-/// Mbit/s; 199.4-199.9 in four runs right after). The second measurement is the one asserted.
+/// [`measure_200_mbit_limit`] through [`measured_again_if_off`]: again if either rate lies
+/// outside 2% of 200 Mbit/s.
 fn measure_200_mbit_limit_again_if_off(
     tag: &str,
     ecn: Option<&str>,
     flows: u32,
     engines: u32,
 ) -> Option<((f64, f64), HashMap<String, u64>)> {
-    let first = measure_200_mbit_limit(tag, ecn, flows, engines)?;
-    let (iperf_bps, daemon_bps) = first.0;
-    if within_2_percent(iperf_bps) && within_2_percent(daemon_bps) {
-        return Some(first);
-    }
-    println!("outside 2% of 200 Mbit/s: measuring again");
-    measure_200_mbit_limit(&format!("{tag}-2"), ecn, flows, engines)
+    measured_again_if_off(
+        tag,
+        |tag| measure_200_mbit_limit(tag, ecn, flows, engines),
+        |((iperf_bps, daemon_bps), _)| {
+            within_2_percent(*iperf_bps) && within_2_percent(*daemon_bps)
+        },
+    )
 }
 
 /// Whether a rate, bit/s, lies within 2% of 200 Mbit/s.
@@ -391,9 +389,50 @@ fn an_idle_daemon_uses_almost_no_cpu() {
 /// root's total). ECN marking is off so that both senders keep their classes backlogged.
 #[test]
 fn strict_priority_gives_the_high_class_its_rate() {
-    let Some(mut lab) = Lab::new("prio", true, &["iperf3"]) else {
+    let Some(rates) = measured_again_if_off("prio", measure_strict_priority, |r| {
+        prio_rates_off(r).is_none()
+    }) else {
         return;
     };
+    if let Some(off) = prio_rates_off(&rates) {
+        panic!("{off}");
+    }
+}
+
+/// The rates of [`strict_priority_gives_the_high_class_its_rate`], bit/s: the high and low
+/// classes by the receivers (wire bytes), then by the daemon's class counters.
+type PrioRates = [(&'static str, f64, f64); 2];
+
+/// What is off in `rates`, if anything: high within 5% of 60 Mbit/s, low within 5% of 40, the
+/// two within 2% of 100, by each measure.
+fn prio_rates_off(rates: &PrioRates) -> Option<String> {
+    for &(what, high, low) in rates {
+        if (high - 60e6).abs() > 0.05 * 60e6 {
+            return Some(format!(
+                "{what}: the high class got {:.2} Mbit/s, not its 60",
+                high / 1e6
+            ));
+        }
+        if (low - 40e6).abs() > 0.05 * 40e6 {
+            return Some(format!(
+                "{what}: the low class got {:.2} Mbit/s, not the 40 left",
+                low / 1e6
+            ));
+        }
+        if (high + low - 100e6).abs() > 0.02 * 100e6 {
+            return Some(format!(
+                "{what}: {:.2} Mbit/s in all, not the root's 100",
+                (high + low) / 1e6
+            ));
+        }
+    }
+    None
+}
+
+/// One run of [`strict_priority_gives_the_high_class_its_rate`]'s traffic, in a lab tagged
+/// `tag`.
+fn measure_strict_priority(tag: &str) -> Option<PrioRates> {
+    let mut lab = Lab::new(tag, true, &["iperf3"])?;
     let (a, b) = (lab.ns("a"), lab.ns("b"));
     let ctl = lab.control(0);
     let policy = lab.write(
@@ -439,26 +478,10 @@ fn strict_priority_gives_the_high_class_its_rate() {
         low_bps / 1e6,
         low_daemon / 1e6
     );
-    for (what, high, low) in [
+    Some([
         ("receivers", high_bps, low_bps),
         ("daemon", high_daemon, low_daemon),
-    ] {
-        assert!(
-            (high - 60e6).abs() <= 0.05 * 60e6,
-            "{what}: the high class got {:.2} Mbit/s, not its 60",
-            high / 1e6
-        );
-        assert!(
-            (low - 40e6).abs() <= 0.05 * 40e6,
-            "{what}: the low class got {:.2} Mbit/s, not the 40 left",
-            low / 1e6
-        );
-        assert!(
-            (high + low - 100e6).abs() <= 0.02 * 100e6,
-            "{what}: {:.2} Mbit/s in all, not the root's 100",
-            (high + low) / 1e6
-        );
-    }
+    ])
 }
 
 /// An Ethernet frame from a fixed source to broadcast, with `ethertype` and `payload`.

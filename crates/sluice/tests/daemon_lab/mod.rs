@@ -90,6 +90,24 @@ fn skip_reason(tools: &[&str]) -> Option<String> {
     None
 }
 
+/// Run a measurement of real traffic (`measure`, given a lab tag), and once more, under the
+/// tag `{tag}-2`, if `ok` finds its result off: the machine is shared, and a neighbour's load
+/// that starves a daemon engine or the senders for a few milliseconds cost one CI run 6% at
+/// 200 Mbit/s (188.6 Mbit/s, then 199.4-199.9 in four runs right after) and another a 40
+/// Mbit/s class 5.2%. The second result is returned, and it is the one the test asserts.
+pub fn measured_again_if_off<T>(
+    tag: &str,
+    mut measure: impl FnMut(&str) -> Option<T>,
+    ok: impl Fn(&T) -> bool,
+) -> Option<T> {
+    let first = measure(tag)?;
+    if ok(&first) {
+        return Some(first);
+    }
+    println!("{tag}: off target, measuring again");
+    measure(&format!("{tag}-2"))
+}
+
 /// One test's namespaces and scratch directory; deletes what is left of them when dropped.
 pub struct Lab {
     tag: String,
