@@ -257,7 +257,8 @@ impl FlowTable {
         let id = if self.flows.len() < self.capacity {
             self.flows.push(fresh);
             (self.flows.len() - 1) as FlowId
-        } else if let Some(id) = self.reclaimable(now, owes) {
+        } else {
+            let id = self.reclaimable(now, owes)?;
             self.unlink_idle(id);
             let old = &self.flows[id as usize];
             let h_old = self.index.hash(old.key, old.leaf);
@@ -265,8 +266,6 @@ impl FlowTable {
             self.flows[id as usize] = fresh;
             self.reclaimed += 1;
             id
-        } else {
-            return None;
         };
         self.index.insert(h, id);
         Some(id)
