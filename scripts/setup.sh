@@ -2,6 +2,9 @@
 # Install what building, running and testing Sluice needs on Debian 12, as root.
 # Idempotent: it installs only what is missing, so the other scripts call it every time.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+# The toolchain the repository pins (rust-toolchain.toml).
+toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
 
 packages=()
 command -v cc >/dev/null 2>&1 || packages+=(build-essential)
@@ -28,13 +31,26 @@ if [ -f "$HOME/.cargo/env" ]; then
   . "$HOME/.cargo/env"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: installing the Rust toolchain (rustup, stable)"
-  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
-    sh -s -- -y --profile minimal --default-toolchain stable --component rustfmt,clippy
+  # rustup-init straight from static.rust-lang.org (where sh.rustup.rs's script fetches it
+  # from), checked against its published SHA-256: one host fewer to reach.
+  echo "setup: installing the Rust toolchain (rustup, Rust $toolchain)"
+  url="https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
+  tmp="$(mktemp -d)"
+  curl --proto '=https' --tlsv1.2 -sSf -o "$tmp/rustup-init" "$url"
+  sum="$(curl --proto '=https' --tlsv1.2 -sSf "$url.sha256" | cut -d' ' -f1)"
+  echo "$sum  $tmp/rustup-init" | sha256sum --check --quiet -
+  chmod +x "$tmp/rustup-init"
+  "$tmp/rustup-init" -y --profile minimal --default-toolchain "$toolchain" \
+    --component rustfmt,clippy
+  rm -rf "$tmp"
   # shellcheck disable=SC1091
   . "$HOME/.cargo/env"
 fi
 if command -v rustup >/dev/null 2>&1; then
+  if ! rustup toolchain list | grep -q "^$toolchain-"; then
+    echo "setup: installing Rust $toolchain (rust-toolchain.toml)"
+    rustup toolchain install "$toolchain" --profile minimal --component rustfmt,clippy
+  fi
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
