@@ -10,7 +10,7 @@
 //! | a few levels (at most 1024) | `ffs`, one bucket per level |
 //! | a fixed range | `hffs`, up to 65 536 buckets |
 //! | a moving range | `cffs`, 4 096 buckets per range |
-//! | a dense moving range over more than 65 536 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) |
+//! | a dense moving range over more than 65 536 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) at an internal node; `cffs` at a leaf |
 //!
 //! Fig. 4.20 asks first how many levels there are: below about a thousand the choice matters
 //! little, and the approximate gradient pays off only over many dense levels. So a dense moving
@@ -18,6 +18,11 @@
 //! bucket per rank and exact order, where the approximate gradient's search costs more (fq
 //! over what were then its 48 ranks: about a seventh less time per packet with `cffs`, `sluice
 //! bench sched`, fq_pacing at 1e3 flows).
+//!
+//! A leaf that ranks each packet by a time (EDF, LSTF) never gets an approximate queue,
+//! and is refused one: it files a flow's packets in successive buckets, which an approximate
+//! queue may serve out of order. (An internal node's entries name children, each of which
+//! sends its own first packet, so order within a flow holds there.)
 //!
 //! The shaper is a timing wheel unless configured otherwise.
 
@@ -238,6 +243,20 @@ pub enum BuildError {
          by values that grow without bound (past the range its order would be lost)"
     )]
     QueueRange {
+        /// The node.
+        node: String,
+        /// Its policy.
+        policy: PolicyKind,
+        /// The queue kind asked for.
+        kind: QueueKind,
+    },
+    /// A leaf that ranks each packet by a time (EDF, LSTF) has an approximate queue,
+    /// which may serve a flow's later packets before its earlier ones.
+    #[error(
+        "node `{node}`: queue `{kind}` is approximate, and leaf policy `{policy}` ranks each \
+         packet by a time: a flow's later packets could leave before its earlier ones"
+    )]
+    ApproximateLeaf {
         /// The node.
         node: String,
         /// Its policy.
@@ -551,7 +570,37 @@ impl TreeBuilder {
                     } else {
                         spec.queue
                     };
-                let qs = node_queue_spec(choice, shape, entries);
+                let mut qs = node_queue_spec(choice, shape, entries);
+                // A leaf that ranks each packet by a time (EDF, LSTF) files a flow's
+                // packets in successive buckets, and an approximate queue may serve a later
+                // bucket before the first (up to `error_bound` buckets past it): a flow's
+                // packets would leave out of order (LSTF's leaf on `auto`'s approximate queue
+                // did, 4 ms buckets apart). So `auto` gives such a leaf cFFS, whose buckets
+                // leave in order, and an approximate queue asked for there is refused. At an
+                // internal node an entry names a child, which sends its own first packet.
+                let approximate = matches!(
+                    qs.kind,
+                    QueueKind::CircularApprox | QueueKind::ApproxGradient
+                );
+                if approximate
+                    && leaf
+                    && mode == Mode::PerPacket
+                    && matches!(shape, RankShape::Moving { .. })
+                {
+                    if spec.queue != QueueChoice::Auto {
+                        return Err(BuildError::ApproximateLeaf {
+                            node: spec.name.clone(),
+                            policy: kind,
+                            kind: qs.kind,
+                        });
+                    }
+                    let cffs = QueueChoice::Kind {
+                        kind: QueueKind::Cffs,
+                        buckets: None,
+                        granularity: None,
+                    };
+                    qs = node_queue_spec(cffs, shape, entries);
+                }
                 if qs.kind == QueueKind::TimingWheel {
                     return Err(BuildError::NodeWheel {
                         node: spec.name.clone(),

@@ -1144,6 +1144,7 @@ impl Ctx<'_> {
             ),
             BuildError::Queue { node: ref n, .. }
             | BuildError::QueueRange { node: ref n, .. }
+            | BuildError::ApproximateLeaf { node: ref n, .. }
             | BuildError::NodeWheel { node: ref n } => {
                 let span = node(n).map_or(whole_file, |d| {
                     d.queue_span.clone().unwrap_or(d.policy_span.clone())
@@ -1157,6 +1158,10 @@ impl Ctx<'_> {
                 ) {
                     "a queue that fits in memory: fewer `buckets`, or a smaller `[scheduler]` \
                      `capacity` (every queue is sized for all of it)"
+                } else if matches!(e, BuildError::ApproximateLeaf { .. }) {
+                    "a queue that keeps its buckets in order at this leaf (cffs, or an exact \
+                     one: binary_heap, btree, skiplist), `queue = \"auto\"`, or the \
+                     approximate queue at an internal node"
                 } else if matches!(e, BuildError::Queue { .. }) {
                     "a queue its kind can build: fewer `buckets`, another `granularity`, \
                      or `queue = \"auto\"`"
@@ -2782,6 +2787,41 @@ queue = "binary_heap"
         }
         // Ranks in a fixed range (pFabric's compressed sizes) may have one.
         let text = "[[node]]\nname = \"r\"\npolicy = \"pfabric\"\nqueue = \"hffs\"\n";
+        assert!(compile_str(text, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn an_approximate_queue_is_refused_at_a_leaf_ranked_by_time_only() {
+        // It could send a flow's later packets before its earlier ones.
+        for policy in ["edf", "lstf"] {
+            let text = format!(
+                "[[node]]\nname = \"root\"\npolicy = \"{policy}\"\nqueue = \"circular_approx\"\n"
+            );
+            fails(
+                &text,
+                4,
+                &[
+                    "queue `circular_approx` is approximate",
+                    "a flow's later packets could leave before its earlier ones",
+                    "or the approximate queue at an internal node",
+                ],
+            );
+            // As an internal node, or on `auto` (a cFFS at a leaf), it builds.
+            let internal = format!(
+                "[[node]]\nname = \"root\"\npolicy = \"{policy}\"\nqueue = \"circular_approx\"\n\
+                 [[node]]\nname = \"a\"\nparent = \"root\"\npolicy = \"fifo\"\n"
+            );
+            assert!(compile_str(&internal, "t.toml").is_ok(), "{policy}");
+            let auto = format!("[[node]]\nname = \"root\"\npolicy = \"{policy}\"\n");
+            let tree = compile_str(&auto, "t.toml").unwrap().0.build().unwrap();
+            assert!(
+                tree.describe().contains("queue cffs("),
+                "{}",
+                tree.describe()
+            );
+        }
+        // A leaf ranking flows as units keeps each flow's packets in its own FIFO.
+        let text = "[[node]]\nname = \"r\"\npolicy = \"pfabric\"\nqueue = \"circular_approx\"\n";
         assert!(compile_str(text, "t.toml").is_ok());
     }
 

@@ -493,8 +493,8 @@ fn every_policy_on_every_structure() {
     }
 }
 
-/// With `auto` queues (which puts an approximate gradient queue under LSTF) there is
-/// no exact model, but nothing may be lost, duplicated or invented, and every packet leaves.
+/// With `auto` queues (which give an internal LSTF node an approximate gradient queue) there
+/// is no exact model, but nothing may be lost, duplicated or invented, and every packet leaves.
 #[test]
 fn auto_queues_deliver_every_packet_exactly_once() {
     let mut rng = sluice_queue::workload::Rng::new(77);

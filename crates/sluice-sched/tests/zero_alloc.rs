@@ -47,7 +47,8 @@ static GLOBAL: Counting = Counting;
 fn no_allocation_per_packet_after_construction() {
     COUNTING.with(|c| c.set(true));
     // Every kind of node: per-packet internal WFQ with a limited class, per-flow FQ with pacing,
-    // hClock dual queues, pFabric, LSTF on an approximate queue.
+    // hClock dual queues, pFabric, an internal LSTF node on an approximate queue (a leaf's
+    // would be a cFFS) over an EDF leaf.
     let mut b = TreeBuilder::new(SchedConfig {
         capacity: 4096,
         flows: 256,
@@ -57,6 +58,7 @@ fn no_allocation_per_packet_after_construction() {
     let root = b.root(NodeSpec::new("root", PolicyKind::Wfq).rate(Rate::gbit(10), 30_000));
     let mut fq = NodeSpec::new("fq", PolicyKind::Fq);
     fq.flow_rate = Some(Rate::mbit(200));
+    let lstf = b.child(root, NodeSpec::new("lstf", PolicyKind::Lstf));
     let leaves = [
         b.child(root, fq),
         b.child(
@@ -64,12 +66,16 @@ fn no_allocation_per_packet_after_construction() {
             NodeSpec::new("hclock", PolicyKind::HClock).rate(Rate::gbit(2), 9000),
         ),
         b.child(root, NodeSpec::new("pfabric", PolicyKind::Pfabric)),
-        b.child(root, NodeSpec::new("lstf", PolicyKind::Lstf)),
+        b.child(lstf, NodeSpec::new("edf", PolicyKind::Edf)),
     ];
     for (i, &l) in leaves.iter().enumerate() {
         b.rule(vec![Match::Class(i as u32)], l);
     }
     let mut s = b.build().unwrap();
+    assert!(
+        s.describe()
+            .contains("lstf per-packet, queue circular_approx")
+    );
     let mut rng = sluice_queue::workload::Rng::new(5);
     let mut now = 1_000_000_000u64;
     let mut run = |s: &mut sluice_sched::Scheduler, steps: u64| {
@@ -83,6 +89,7 @@ fn no_allocation_per_packet_after_construction() {
             };
             p.fields.remaining = 1 + rng.next_u64() % 10_000_000;
             p.fields.slack = rng.next_u64() % 1_000_000;
+            p.fields.deadline = now + rng.next_u64() % 1_000_000;
             let _ = s.enqueue(now, &p);
             for _ in 0..2 {
                 let _ = s.dequeue(now);
