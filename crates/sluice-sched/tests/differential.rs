@@ -298,12 +298,24 @@ fn tree(gens: &[NodeGen], capacity: usize, flows: usize, shaper: Shaper) -> Tree
     b
 }
 
+/// How the packets' ranking fields are drawn.
+#[derive(Clone, Copy, PartialEq)]
+enum FieldsFrom {
+    /// As each packet's `Op::Enqueue` says.
+    PerPacket,
+    /// The same for every packet of a flow (a deadline as far ahead of its arrival, a slack,
+    /// a priority), which no policy may reorder: departures are checked to keep each flow's
+    /// order too.
+    PerFlow,
+}
+
 fn run(
     gens: &[NodeGen],
     capacity: usize,
     flows: usize,
     shaper: Shaper,
     ops: &[Op],
+    fields: FieldsFrom,
 ) -> Result<(), TestCaseError> {
     let b = tree(gens, capacity, flows, shaper);
     let mut fast = b.build().expect("valid tree");
@@ -314,6 +326,23 @@ fn run(
     // The fast scheduler also gets flow-id hints, right, stale or wrong; the oracle has no
     // use for them. Hints only save lookups: both must behave the same whatever they say.
     let mut last_id = std::collections::HashMap::new();
+    let mut class_of = std::collections::HashMap::new();
+    // Each flow's last departure, with `FieldsFrom::PerFlow`.
+    let mut last_token = std::collections::HashMap::new();
+    let mut in_order = |d: &Option<sluice_sched::Dequeued>| -> Result<(), TestCaseError> {
+        if let (Some(d), FieldsFrom::PerFlow) = (d, fields)
+            && let Some(prev) = last_token.insert(d.flow, d.token)
+        {
+            prop_assert!(
+                prev < d.token,
+                "flow {}: {} after {}",
+                d.flow,
+                d.token,
+                prev
+            );
+        }
+        Ok(())
+    };
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Enqueue {
@@ -326,6 +355,16 @@ fn run(
                 remaining: r,
                 pacing_kbit,
             } => {
+                let (class, priority, deadline, slack) = match fields {
+                    FieldsFrom::PerPacket => (class, priority, deadline, slack),
+                    // A flow's class too: in another leaf its packets are another flow.
+                    FieldsFrom::PerFlow => (
+                        *class_of.entry(flow).or_insert(class),
+                        (flow % 3) as u8,
+                        flow * 1_000_003,
+                        flow * 999_983,
+                    ),
+                };
                 // A flow's remaining size only shrinks (what pFabric assumes of its senders).
                 let rem = remaining.entry(flow).or_insert(r + 20_000);
                 *rem = (*rem).saturating_sub(u64::from(len)).max(1);
@@ -359,6 +398,7 @@ fn run(
                 if let Some(d) = a {
                     last_id.insert(d.flow, d.flow_id);
                 }
+                in_order(&a)?;
                 let o = slow.dequeue(now);
                 prop_assert_eq!(a, o, "step {}: dequeue at {}", step, now);
             }
@@ -417,6 +457,7 @@ fn run(
             Some(t) => now = now.max(t),
         }
         let a = fast.dequeue(now);
+        in_order(&a)?;
         let o = slow.dequeue(now);
         prop_assert_eq!(a, o, "drain at {}", now);
     }
@@ -436,7 +477,21 @@ proptest! {
         shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        run(&gens, capacity, flows, shaper, &ops)?;
+        run(&gens, capacity, flows, shaper, &ops, FieldsFrom::PerPacket)?;
+    }
+
+    /// The same trees and operations, with ranking fields that stay the same within a flow:
+    /// no policy on any structure, with rates, weights and reservations changed at run time,
+    /// sends a flow's packets out of order.
+    #[test]
+    fn no_tree_reorders_a_flow(
+        gens in prop::collection::vec(node_gen(), 1..7),
+        capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
+        flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
+        shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
+        run(&gens, capacity, flows, shaper, &ops, FieldsFrom::PerFlow)?;
     }
 }
 
@@ -482,7 +537,7 @@ fn every_policy_on_every_structure() {
                         _ => Op::Advance(pick(300_000)),
                     })
                     .collect();
-                if let Err(e) = run(&gens, 10_000, 1000, WHEEL, &ops) {
+                if let Err(e) = run(&gens, 10_000, 1000, WHEEL, &ops, FieldsFrom::PerPacket) {
                     panic!(
                         "leaf {:?} under {:?} on {:?}: {e}",
                         LEAF[li], INTERNAL[ii], KINDS[ki]
