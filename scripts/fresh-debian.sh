@@ -16,6 +16,12 @@ repo="$(pwd)"
 root="${FRESH_DEBIAN_DIR:-/var/tmp/sluice-fresh-debian}"
 commands="${*:-CI=true ./scripts/test.sh && ./scripts/main.sh --plain}"
 
+case "$root" in
+  / | "" | /usr | /var | /root | /home | /srv | /tmp)
+    echo "fresh-debian: FRESH_DEBIAN_DIR must be a directory of its own, not $root" >&2
+    exit 1
+    ;;
+esac
 if [ "$(id -u)" -ne 0 ]; then
   echo "fresh-debian: run as root (debootstrap, chroot and mounts need it)" >&2
   exit 1
@@ -48,9 +54,10 @@ mount -t tmpfs tmpfs "$root/run"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 # Certificate authorities this machine added itself (a TLS-intercepting proxy's, say): the
 # new root must trust what this one does to reach the same hosts.
+# (ca-certificates, installed by setup.sh, adds them to the store when it is installed.)
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-  chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
 fi
 # git is not in the new root yet: clone from here.
 git clone -q "$repo" "$root/root/sluice"
