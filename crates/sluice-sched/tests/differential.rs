@@ -466,32 +466,47 @@ fn run(
     Ok(())
 }
 
+/// A random tree, its sizes and shaper, and what happens to it.
+#[derive(Clone, Debug)]
+struct Case {
+    gens: Vec<NodeGen>,
+    capacity: usize,
+    flows: usize,
+    shaper: Shaper,
+    ops: Vec<Op>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(node_gen(), 1..7),
+        prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
+        // Few flows: a full table reclaims an idle flow, or rejects a new one.
+        prop_oneof![Just(1usize), 2usize..6, Just(1000)],
+        (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
+        prop::collection::vec(op(), 1..300),
+    )
+        .prop_map(|(gens, capacity, flows, shaper, ops)| Case {
+            gens,
+            capacity,
+            flows,
+            shaper,
+            ops,
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
-    fn scheduler_matches_the_oracle(
-        gens in prop::collection::vec(node_gen(), 1..7),
-        capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
-        // Few flows: a full table reclaims an idle flow, or rejects a new one.
-        flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
-        shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
-        ops in prop::collection::vec(op(), 1..300),
-    ) {
-        run(&gens, capacity, flows, shaper, &ops, FieldsFrom::PerPacket)?;
+    fn scheduler_matches_the_oracle(c in case()) {
+        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerPacket)?;
     }
 
     /// The same trees and operations, with ranking fields that stay the same within a flow:
     /// no policy on any structure, with rates, weights and reservations changed at run time,
     /// sends a flow's packets out of order.
     #[test]
-    fn no_tree_reorders_a_flow(
-        gens in prop::collection::vec(node_gen(), 1..7),
-        capacity in prop_oneof![Just(4usize), 16usize..64, Just(10_000)],
-        flows in prop_oneof![Just(1usize), 2usize..6, Just(1000)],
-        shaper in (0usize..3, any::<bool>()).prop_map(|(kind, reject)| Shaper { kind, reject }),
-        ops in prop::collection::vec(op(), 1..300),
-    ) {
-        run(&gens, capacity, flows, shaper, &ops, FieldsFrom::PerFlow)?;
+    fn no_tree_reorders_a_flow(c in case()) {
+        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerFlow)?;
     }
 }
 
