@@ -700,6 +700,72 @@ pub fn thread_ticks(pid: u32, prefix: &str) -> HashMap<String, u64> {
     ticks
 }
 
+/// How much CPU a process was denied, as a snapshot to compare with a later one: each
+/// thread's run-queue wait (the second field of `/proc/PID/task/TID/schedstat`: ns spent
+/// runnable but not running) and the machine's steal time (`/proc/stat`, ticks the hypervisor
+/// gave the virtual CPUs to someone else).
+pub struct CpuDenied {
+    waits_ns: HashMap<String, u64>,
+    steal_ticks: u64,
+    all_ticks: u64,
+}
+
+impl CpuDenied {
+    /// The counters of process `pid` and of the machine now.
+    pub fn sample(pid: u32) -> CpuDenied {
+        let mut waits_ns = HashMap::new();
+        if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                let schedstat = fs::read_to_string(task.path().join("schedstat"));
+                let wait = schedstat.ok().and_then(|s| {
+                    s.split_whitespace()
+                        .nth(1)
+                        .and_then(|w| w.parse::<u64>().ok())
+                });
+                if let Some(wait) = wait {
+                    waits_ns.insert(task.file_name().to_string_lossy().into_owned(), wait);
+                }
+            }
+        }
+        // The first line sums all CPUs: user nice system idle iowait irq softirq steal ...
+        let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(|t| t.parse().unwrap_or(0))
+            .collect();
+        CpuDenied {
+            steal_ticks: ticks.get(7).copied().unwrap_or(0),
+            all_ticks: ticks.iter().sum(),
+            waits_ns,
+        }
+    }
+
+    /// The share of the `window_s` seconds since `earlier` in which the process may have
+    /// been kept from running: the longest run-queue wait of any one of its threads (a daemon
+    /// engine carries its traffic on one thread) plus the machine's steal share.
+    pub fn share_since(&self, earlier: &CpuDenied, window_s: f64) -> f64 {
+        let longest_wait_ns = self
+            .waits_ns
+            .iter()
+            .map(|(tid, w)| w.saturating_sub(earlier.waits_ns.get(tid).copied().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
+        let all = self.all_ticks.saturating_sub(earlier.all_ticks);
+        let steal = self.steal_ticks.saturating_sub(earlier.steal_ticks);
+        let steal_share = if all == 0 {
+            0.0
+        } else {
+            steal as f64 / all as f64
+        };
+        longest_wait_ns as f64 / 1e9 / window_s + steal_share
+    }
+}
+
 /// Nothing of daemon `pid` is left (`what` names the case in failures): none of `namespaces`,
 /// no tap with its default name prefix `sl<pid>-`, no `control` socket.
 pub fn assert_nothing_left(what: &str, pid: u32, namespaces: &[&str], control: &Path) {
