@@ -94,6 +94,12 @@ impl QueueKind {
             QueueKind::BinaryHeap | QueueKind::BTree | QueueKind::SkipList
         )
     }
+
+    /// Whether the structure may pop an entry of a later bucket before one of the first
+    /// (the approximate gradient queues, within their error bound).
+    pub fn approximate(self) -> bool {
+        matches!(self, QueueKind::ApproxGradient | QueueKind::CircularApprox)
+    }
 }
 
 impl fmt::Display for QueueKind {

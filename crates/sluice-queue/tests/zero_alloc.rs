@@ -57,11 +57,7 @@ fn no_allocation_per_operation_after_construction() {
         if kind == QueueKind::BTree {
             continue;
         }
-        let buckets = if matches!(kind, QueueKind::ApproxGradient | QueueKind::CircularApprox) {
-            600
-        } else {
-            4096
-        };
+        let buckets = if kind.approximate() { 600 } else { 4096 };
         let mut q = QueueSpec::new(kind, buckets, 1, 20_000)
             .build::<u32>()
             .unwrap();

@@ -578,11 +578,7 @@ impl TreeBuilder {
                 // did, 4 ms buckets apart). So `auto` gives such a leaf cFFS, whose buckets
                 // leave in order, and an approximate queue asked for there is refused. At an
                 // internal node an entry names a child, which sends its own first packet.
-                let approximate = matches!(
-                    qs.kind,
-                    QueueKind::CircularApprox | QueueKind::ApproxGradient
-                );
-                if approximate
+                if qs.kind.approximate()
                     && leaf
                     && mode == Mode::PerPacket
                     && matches!(shape, RankShape::Moving { .. })
@@ -920,7 +916,7 @@ pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) ->
             granularity,
         } => (kind, buckets, granularity),
     };
-    let approx = matches!(kind, QueueKind::CircularApprox | QueueKind::ApproxGradient);
+    let approx = kind.approximate();
     let approx_window = Window::for_alpha(16).map_or(1, |w| w.buckets()) as u64;
     let (default_buckets, span) = match shape {
         // An approximate queue holds at most its window of buckets, whatever the shape.
