@@ -12,7 +12,9 @@
 //! measure over 5 s after 2 s of warm-up: a rate over seconds does not depend on the machine's
 //! speed, only on the daemon getting the CPU to keep up with it, so the time the kernel kept
 //! the daemon waiting for a CPU (or the hypervisor stole) is allowed for below a target
-//! ([`CpuDenied`]), never above it. The whole file takes about a minute.
+//! ([`CpuDenied`]), never above it. The data path is built optimized even in test builds
+//! (the workspace's `Cargo.toml`): unoptimized, the daemon spent two thirds of a core at 200
+//! Mbit/s and fell short of the limit on a slow hour. The whole file takes about a minute.
 
 mod daemon_lab;
 
@@ -314,11 +316,10 @@ struct LimitRun {
 
 impl LimitRun {
     /// Why the run is off target, if it is: a rate above 200 Mbit/s by more than 2% (the
-    /// limit does not hold), or below `floor` of it by more than the share of the window the
-    /// daemon was denied the CPU (a software shaper cannot send while it is not running; two
-    /// busy loops on a 2-core machine denied it 37% and cost 19%).
-    fn off(&self, floor: f64) -> Option<String> {
-        let floor = floor - self.denied;
+    /// limit does not hold), or below it by more than 2% plus the share of the window the
+    /// daemon was denied the CPU (a software shaper cannot send while it is not running).
+    fn off(&self) -> Option<String> {
+        let floor = 0.98 - self.denied;
         self.rates.iter().find_map(|&(what, bps)| {
             (bps > 1.02 * 200e6 || bps < floor * 200e6).then(|| {
                 format!(
@@ -334,47 +335,42 @@ impl LimitRun {
 }
 
 /// [`measure_200_mbit_limit`] through [`measured_again_if_off`]: again if the run is off
-/// ([`LimitRun::off`] with `floor`), and then a failure if it is off again.
+/// ([`LimitRun::off`]), and then a failure if it is off again.
 fn assert_200_mbit_limit_holds(
     tag: &str,
     ecn: Option<&str>,
     flows: u32,
     engines: u32,
-    floor: f64,
 ) -> Option<LimitRun> {
     let run = measured_again_if_off(
         tag,
         |tag| measure_200_mbit_limit(tag, ecn, flows, engines),
-        |run| run.off(floor).is_none(),
+        |run| run.off().is_none(),
     )?;
-    if let Some(off) = run.off(floor) {
+    if let Some(off) = run.off() {
         panic!("{off}");
     }
     Some(run)
 }
 
-/// A 200 Mbit/s limit holds within 2% over 5 s when the senders keep the link backlogged (ECN
-/// marking off, so nothing slows them but the shaper): by the iperf3 receiver (wire bytes from
-/// its payload and MSS) and by the daemon's class counter. Time the machine kept the daemon
-/// from running is allowed for below the limit ([`LimitRun::off`]), never above it.
+/// A 200 Mbit/s limit holds within 2% over 5 s with the daemon's default settings (ECN marks
+/// by CoDel) and ECN-capable cubic senders: by the iperf3 receiver (wire bytes from its payload
+/// and MSS) and by the daemon's class counter. Marking slows the senders down (frames are
+/// marked) without leaving the link idle.
 #[test]
 fn a_200_mbit_limit_holds_within_2_percent() {
-    let run = assert_200_mbit_limit_holds("rate", Some("off"), 2, 1, 0.98);
-    if let Some(run) = run {
-        assert_eq!(run.ecn_marks, 0, "ecn = \"off\" marks nothing");
+    if let Some(run) = assert_200_mbit_limit_holds("rate", None, 2, 1) {
+        assert!(run.ecn_marks > 0, "the default marks ECN-capable frames");
     }
 }
 
-/// With the daemon's default settings (ECN marks by CoDel with a 2 ms target) two ECN-capable
-/// cubic senders are slowed down by marks, and the limit still holds: never more than 2%
-/// above it, and marking leaves the link idle at most 5% of the time (3-4% in a loaded CI run:
-/// a 2 ms queue rides over less of a pause than the unmarked test's deep one; 0-2% on an idle
-/// machine). If only this test fails, look at marking, not shaping.
+/// The same limit with ECN marking off (nothing marked), so that the senders keep the link
+/// backlogged: the shaper's conformance alone (if only the test above fails, look at marking,
+/// not shaping).
 #[test]
-fn a_200_mbit_limit_holds_with_ecn_marks() {
-    let run = assert_200_mbit_limit_holds("rate-ecn", None, 2, 1, 0.95);
-    if let Some(run) = run {
-        assert!(run.ecn_marks > 0, "the default marks ECN-capable frames");
+fn a_200_mbit_limit_holds_within_2_percent_without_ecn() {
+    if let Some(run) = assert_200_mbit_limit_holds("rate-noecn", Some("off"), 2, 1) {
+        assert_eq!(run.ecn_marks, 0, "ecn = \"off\" marks nothing");
     }
 }
 
@@ -384,7 +380,7 @@ fn a_200_mbit_limit_holds_with_ecn_marks() {
 /// to change it.
 #[test]
 fn a_200_mbit_limit_shared_by_two_engines_holds_within_2_percent() {
-    if let Some(LimitRun { ticks, .. }) = assert_200_mbit_limit_holds("rate-2e", None, 8, 2, 0.98) {
+    if let Some(LimitRun { ticks, .. }) = assert_200_mbit_limit_holds("rate-2e", None, 8, 2) {
         assert_eq!(ticks.len(), 2, "two engine threads: {ticks:?}");
         assert!(
             ticks.values().all(|&t| t > 0),
