@@ -235,7 +235,22 @@ const SHAPERS: [QueueKind; 3] = [
 
 /// Build the tree described by `gens` (node i's parent is some node before it), holding at
 /// most `capacity` packets and `flows` flows.
-fn tree(gens: &[NodeGen], capacity: usize, flows: usize, shaper: Shaper) -> TreeBuilder {
+/// Which queues [`tree`] gives its nodes.
+#[derive(Clone, Copy, PartialEq)]
+enum Queues {
+    /// The generated kind, buckets and granularity of each node (what the oracle models).
+    Generated,
+    /// `auto` everywhere, as a policy file without `queue` keys gets.
+    Auto,
+}
+
+fn tree(
+    gens: &[NodeGen],
+    capacity: usize,
+    flows: usize,
+    shaper: Shaper,
+    queues: Queues,
+) -> TreeBuilder {
     let n = gens.len();
     let parents: Vec<Option<usize>> = (0..n)
         .map(|i| (i > 0).then(|| gens[i].parent % i))
@@ -265,11 +280,13 @@ fn tree(gens: &[NodeGen], capacity: usize, flows: usize, shaper: Shaper) -> Tree
             INTERNAL[g.policy % INTERNAL.len()]
         };
         let mut spec = NodeSpec::new(&format!("n{i}"), policy);
-        spec.queue = QueueChoice::Kind {
-            kind: kind_for(policy, g.kind),
-            buckets: Some(g.buckets),
-            granularity: Some(g.granularity),
-        };
+        if queues == Queues::Generated {
+            spec.queue = QueueChoice::Kind {
+                kind: kind_for(policy, g.kind),
+                buckets: Some(g.buckets),
+                granularity: Some(g.granularity),
+            };
+        }
         if let Some(r) = g.rate_kbit {
             spec = spec.rate(kbit(r), g.burst);
         }
@@ -317,7 +334,7 @@ fn run(
     ops: &[Op],
     fields: FieldsFrom,
 ) -> Result<(), TestCaseError> {
-    let b = tree(gens, capacity, flows, shaper);
+    let b = tree(gens, capacity, flows, shaper, Queues::Generated);
     let mut fast = b.build().expect("valid tree");
     let mut slow = OracleTree::new(&b).expect("modelled tree");
     let mut now = 1_000_000_000u64;
@@ -586,44 +603,9 @@ fn auto_queues_deliver_every_packet_exactly_once() {
                 flow_rate_kbit: (rng.next_u64() % 4 == 0).then(|| 1000 + rng.next_u64() % 50_000),
             })
             .collect();
-        let mut b = tree(&gens, 512, 1000, WHEEL);
-        // Back to `auto` everywhere: rebuild the same tree with default queue choices.
-        let mut auto = TreeBuilder::new(SchedConfig {
-            capacity: 512,
-            flows: 1000,
-            max_packet: 9000,
-            ..SchedConfig::default()
-        });
-        let _ = &mut b;
-        let n = gens.len();
-        let parents: Vec<Option<usize>> = (0..n)
-            .map(|i| (i > 0).then(|| gens[i].parent % i))
-            .collect();
-        let is_leaf: Vec<bool> = (0..n).map(|i| !parents.contains(&Some(i))).collect();
-        let mut ids = Vec::new();
-        for (i, g) in gens.iter().enumerate() {
-            let policy = if is_leaf[i] {
-                LEAF[g.policy % LEAF.len()]
-            } else {
-                INTERNAL[g.policy % INTERNAL.len()]
-            };
-            let mut spec = NodeSpec::new(&format!("n{i}"), policy);
-            if let Some(r) = g.rate_kbit {
-                spec = spec.rate(kbit(r), g.burst);
-            }
-            spec.member.weight = g.weight;
-            spec.member.priority = Some(g.priority);
-            spec.member.reservation = g.reservation_kbit.map(kbit);
-            spec.flow_rate = g.flow_rate_kbit.map(kbit);
-            let id = match parents[i] {
-                None => auto.root(spec),
-                Some(p) => auto.child(ids[p], spec),
-            };
-            ids.push(id);
-        }
-        let leaf = (0..n).find(|&i| is_leaf[i]).unwrap();
-        auto.default_leaf(ids[leaf]);
-        let mut s = auto.build().unwrap();
+        let mut s = tree(&gens, 512, 1000, WHEEL, Queues::Auto)
+            .build()
+            .expect("valid tree");
         let mut now = 1_000_000_000u64;
         let mut sent = std::collections::HashSet::new();
         let mut accepted = 0u64;
@@ -632,6 +614,7 @@ fn auto_queues_deliver_every_packet_exactly_once() {
                 token,
                 len: 64 + (rng.next_u64() % 1500) as u32,
                 flow: rng.next_u64() % 20,
+                class: Some((rng.next_u64() % 6) as u32),
                 ..Packet::default()
             };
             p.fields.slack = rng.next_u64() % 10_000_000;

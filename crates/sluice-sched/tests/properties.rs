@@ -1,6 +1,7 @@
 //! What each policy promises, checked on simulated traffic over simulated time:
 //! fair shares, rate limits sampled every 100 ms (Carousel's metric), bursts after idle,
-//! pFabric's least-remaining-first, hClock's reservations, order within a flow, rejections.
+//! pFabric's least-remaining-first, hClock's reservations, order within a flow, an approximate
+//! queue's error bound, rejections.
 
 use proptest::prelude::*;
 use sluice_sched::classify::Match;
@@ -740,6 +741,99 @@ fn edf_and_lstf_keep_deadlines_in_order_behind_a_backlog() {
             assert_eq!(s.stats().ranks_clamped, 0, "{policy:?} after {wait} ns");
         }
     }
+}
+
+/// An internal LSTF node on `auto` gets the approximate `circular_approx` queue (671 buckets
+/// of 4.2 ms, alpha 16): inside the scheduler, with ranks computed by the policy from each
+/// packet's arrival and slack, every child it picks must be within the queue's error bound
+/// (sluice-queue checks the queue alone against the same bound). One packet per child at a
+/// time, so each of the root's entries stands for one known packet and its rank; slacks mix a
+/// few urgent packets with dense blocks far behind, the pattern that pulls the estimate off.
+#[test]
+fn an_approximate_root_serves_within_its_error_bound() {
+    const CHILDREN: u32 = 400;
+    const GRANULARITY: u64 = 1 << 22;
+    let bound = sluice_queue::approx_gradient::Window::for_alpha(16)
+        .expect("alpha 16")
+        .error_bound as u64;
+    let mut b = TreeBuilder::new(cfg(4 * CHILDREN as usize));
+    let root = b.root(NodeSpec::new("root", PolicyKind::Lstf));
+    let mut child_of = HashMap::new();
+    for c in 0..CHILDREN {
+        let leaf = b.child(root, NodeSpec::new(&format!("c{c}"), PolicyKind::Fifo));
+        child_of.insert(leaf, c);
+        b.rule(vec![Match::Class(c)], leaf);
+        if c == 0 {
+            b.default_leaf(leaf);
+        }
+    }
+    let mut s = b.build().unwrap();
+    assert!(
+        s.describe()
+            .contains(&format!("circular_approx(671 x {GRANULARITY})")),
+        "auto's queue for an internal LSTF node:\n{}",
+        s.describe()
+    );
+    let mut rng = sluice_queue::workload::Rng::new(5);
+    // Child -> (token, rank) of its one queued packet.
+    let mut queued: HashMap<u32, (u64, u64)> = HashMap::new();
+    let (mut now, mut token, mut served, mut worst) = (10 * S, 0u64, 0u64, 0u64);
+    for round in 0..300 {
+        // A few urgent packets, then a dense block of slacks somewhere in the next second.
+        let block_from = rng.next_u64() % (900 * MS);
+        let block_len = 1 + rng.next_u64() % (100 * MS);
+        let arrivals = 20 + rng.next_u64() % 300;
+        for i in 0..arrivals {
+            let free: Vec<u32> = (0..CHILDREN).filter(|c| !queued.contains_key(c)).collect();
+            let Some(&child) = free.get((rng.next_u64() % free.len().max(1) as u64) as usize)
+            else {
+                break;
+            };
+            let slack = if i < 3 {
+                rng.next_u64() % (10 * MS)
+            } else {
+                block_from + rng.next_u64() % block_len
+            };
+            let mut p = packet(token, child, u64::from(child), 100);
+            p.fields.slack = slack;
+            s.enqueue(now, &p).unwrap();
+            queued.insert(child, (token, now + slack));
+            token += 1;
+        }
+        // Serve part of it: each departure against the exact first rank queued.
+        for _ in 0..rng.next_u64() % (arrivals + 1) {
+            let Some(d) = s.dequeue(now) else { break };
+            let child = child_of[&d.leaf];
+            let (t, rank) = queued.remove(&child).expect("a queued child's packet");
+            assert_eq!(t, d.token, "round {round}: child {child}'s own packet");
+            let first = queued.values().fold(rank, |m, &(_, r)| m.min(r));
+            let err = rank / GRANULARITY - first / GRANULARITY;
+            assert!(
+                err <= bound,
+                "round {round}: served bucket {} with bucket {} queued: {err} > {bound}",
+                rank / GRANULARITY,
+                first / GRANULARITY
+            );
+            worst = worst.max(err);
+            served += 1;
+        }
+        now += rng.next_u64() % (2 * MS);
+    }
+    while let Some(d) = s.dequeue(now) {
+        let left = queued.remove(&child_of[&d.leaf]).map(|(t, _)| t);
+        assert_eq!(left, Some(d.token), "a queued packet, once");
+    }
+    assert!(
+        queued.is_empty() && s.is_empty(),
+        "every packet leaves once"
+    );
+    assert_eq!(s.stats().ranks_clamped, 0);
+    assert!(served > 10_000, "{served} checked departures");
+    assert!(
+        worst > 0,
+        "the approximation must err here for the test to check its bound"
+    );
+    println!("worst order error {worst} buckets of {GRANULARITY} ns (bound {bound})");
 }
 
 #[test]
