@@ -4,6 +4,7 @@
 mod common;
 pub mod dp;
 pub mod flow;
+mod machine;
 pub mod queues;
 pub mod sched;
 

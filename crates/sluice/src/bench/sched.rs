@@ -25,6 +25,7 @@
 //! packets, rejected none and still hold two packets of every flow; otherwise the run fails.
 
 use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
+use super::machine;
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -148,6 +149,8 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
         .packets
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 }) as u64;
 
+    // Before the cells, whose allocations it would otherwise follow.
+    let speed = (!args.json).then(machine::measure);
     let pb = report::progress((cases.len() * flow_counts.len()) as u64);
     let mut cells = Vec::new();
     for &case in &cases {
@@ -191,7 +194,11 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
             "closed loop, 2 packets per flow, 1500 B at 100 Gbit/s; {packets} packets per timing (at least {MIN_PACKETS_PER_FLOW} per flow), median of {}",
             args.repeats
         );
-        println!("{}\n", memory_note());
+        println!("{}", memory_note());
+        if let Some(speed) = speed {
+            println!("{}", machine::line(speed));
+        }
+        println!();
         for &case in &cases {
             let baseline = match case {
                 Case::FqPacing => "baseline (Linux fq port)",
