@@ -5,12 +5,14 @@
 //! enqueue plus one dequeue) for both implementations and the speedup (baseline / Sluice),
 //! writes a CSV and an SVG plot.
 //!
-//! Method, as in `sluice bench queues`: for each (case, N) both implementations are built and
-//! filled, then warmed up with `2 N` packets (every flow cycles at least once, so the schedulers
-//! reach their steady state), then timed round-robin: `--repeats` rounds, each running a short
-//! untimed warm-up (the other implementation evicted the caches) and `--packets` timed packets,
-//! at least [`MIN_PACKETS_PER_FLOW`] per flow (`4 N`). A timing then spans four cycles of every
-//! flow, so that
+//! Method: for each case, both implementations at every N are built and filled, each warmed
+//! up with `2 N` packets (every flow cycles at least once, so the schedulers reach their
+//! steady state), then all timed round-robin: `--repeats` rounds, each timing every (N,
+//! implementation) once, after a short untimed warm-up (the others evicted the caches), with
+//! `--packets` timed packets, at least [`MIN_PACKETS_PER_FLOW`] per flow (`4 N`). A slow spell
+//! of the shared machine then lands in one round of every cell, where the medians drop it,
+//! instead of in every round of one cell, which the growth from 1e3 to 1e6 flows (two cells)
+//! would carry. A timing spans four cycles of every flow, so that
 //! - work that a structure amortizes over many operations (the heap baseline's compaction of
 //!   removed entries, once per about N removals) lands in every timing rather than in one of
 //!   them, where the median would drop it;
@@ -87,47 +89,61 @@ struct Cell {
     packets: u64,
 }
 
-/// Time both implementations of `case` at `flows` flows, round-robin. Returns ns per packet
-/// and packets sent, per implementation, in [`Impl::ALL`] order.
-fn measure_cell(
+/// Time both implementations of `case` at every flow count in `flow_counts`, all round-robin:
+/// each of the `repeats` rounds times every (flow count, implementation) once, so that a
+/// slow spell of the shared machine lands in one round of every cell, where the medians drop
+/// it, and not in every round of one cell (Sluice's growth from 1e3 to 1e6 flows compares two
+/// cells). Calls `timed` after each timing. Returns, per flow count, ns per packet and packets
+/// sent per implementation, in [`Impl::ALL`] order.
+fn measure_case(
     case: Case,
-    flows: usize,
+    flow_counts: &[usize],
     packets: u64,
     repeats: usize,
-) -> anyhow::Result<Vec<(f64, u64)>> {
-    let mut loops = Impl::ALL
-        .iter()
-        .map(|&imp| {
-            CaseLoop::new(case, imp, flows).with_context(|| {
+    timed: &dyn Fn(),
+) -> anyhow::Result<Vec<Vec<(f64, u64)>>> {
+    let mut loops = Vec::new();
+    for &flows in flow_counts {
+        for imp in Impl::ALL {
+            let mut l = CaseLoop::new(case, imp, flows).with_context(|| {
                 format!("building {} {} for {flows} flows", case.name(), imp.name())
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for l in &mut loops {
-        black_box(l.run(2 * flows as u64));
+            })?;
+            black_box(l.run(2 * flows as u64));
+            loops.push((flows, imp, l, Vec::with_capacity(repeats)));
+        }
     }
-    let packets = packets.max(MIN_PACKETS_PER_FLOW * flows as u64);
-    let mut samples = vec![Vec::with_capacity(repeats); loops.len()];
     for _ in 0..repeats {
-        for (l, s) in loops.iter_mut().zip(&mut samples) {
+        for (flows, _, l, samples) in &mut loops {
+            let packets = packets.max(MIN_PACKETS_PER_FLOW * *flows as u64);
             black_box(l.run(packets / 10));
             let t = Instant::now();
             black_box(l.run(packets));
-            s.push(t.elapsed().as_nanos() as f64 / packets as f64);
+            samples.push(t.elapsed().as_nanos() as f64 / packets as f64);
+            timed();
         }
     }
-    for (l, imp) in loops.iter().zip(Impl::ALL) {
-        l.verify()
-            .map_err(|e| anyhow::anyhow!("{} {} at {flows} flows: {e}", case.name(), imp.name()))?;
-    }
-    let sent: Vec<u64> = loops.iter().map(CaseLoop::sent).collect();
-    if sent.iter().any(|&s| s != sent[0]) {
-        bail!(
-            "{} at {flows} flows: the implementations sent different numbers of packets: {sent:?}",
-            case.name()
+    let mut out = Vec::new();
+    for (cell, &flows) in loops.chunks_exact_mut(Impl::ALL.len()).zip(flow_counts) {
+        for (_, imp, l, _) in cell.iter() {
+            l.verify().map_err(|e| {
+                anyhow::anyhow!("{} {} at {flows} flows: {e}", case.name(), imp.name())
+            })?;
+        }
+        let sent: Vec<u64> = cell.iter().map(|(_, _, l, _)| l.sent()).collect();
+        if sent.iter().any(|&s| s != sent[0]) {
+            bail!(
+                "{} at {flows} flows: the implementations sent different numbers of packets: {sent:?}",
+                case.name()
+            );
+        }
+        out.push(
+            cell.iter_mut()
+                .map(|(_, _, _, samples)| median(std::mem::take(samples)))
+                .zip(sent)
+                .collect(),
         );
     }
-    Ok(samples.into_iter().map(median).zip(sent).collect())
+    Ok(out)
 }
 
 /// Run the benchmark.
@@ -151,13 +167,14 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
 
     // Before the cells, whose allocations it would otherwise follow.
     let speed = (!args.json).then(machine::measure);
-    let pb = report::progress((cases.len() * flow_counts.len()) as u64);
+    let timings = cases.len() * flow_counts.len() * Impl::ALL.len() * args.repeats;
+    let pb = report::progress(timings as u64);
     let mut cells = Vec::new();
     for &case in &cases {
-        for &flows in &flow_counts {
-            pb.set_message(format!("{} flows={}", case.name(), fmt_n(flows)));
-            let results = measure_cell(case, flows, packets, args.repeats)?;
-            for (&imp, (ns_per_packet, sent)) in Impl::ALL.iter().zip(results) {
+        pb.set_message(case.name());
+        let results = measure_case(case, &flow_counts, packets, args.repeats, &|| pb.inc(1))?;
+        for (&flows, cell) in flow_counts.iter().zip(results) {
+            for (&imp, (ns_per_packet, sent)) in Impl::ALL.iter().zip(cell) {
                 if args.json {
                     let line = JsonLine {
                         bench: "sched",
@@ -177,7 +194,6 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
                     packets: sent,
                 });
             }
-            pb.inc(1);
         }
     }
     pb.finish_and_clear();
