@@ -116,8 +116,7 @@ fn bench_sched_tables_have_a_speedup_column_per_case() {
     assert!(!stdout.contains("hclock"));
     // The machine's speed just before, to compare runs by.
     assert!(
-        stdout.contains("machine now: a random load over 64 MiB")
-            && stdout.contains("a dependent integer step"),
+        stdout.contains("machine now: a random load") && stdout.contains("an integer step"),
         "{stdout}"
     );
     // The targets are judged at 1e6 flows (and from 1e3): a run without them judges nothing.
