@@ -87,6 +87,7 @@ fn bench_queues_table_names_every_structure() {
         dir.to_str().unwrap(),
     ]);
     assert!(stdout.contains("times faster than binary_heap"));
+    assert!(stdout.contains("machine now: a random load"), "{stdout}");
     assert!(
         stdout.contains("cffs") && stdout.contains("timing_wheel") && stdout.contains("(1.0x)")
     );

@@ -12,6 +12,7 @@
 //! (about `--repeats * --ops` items in all, at least one round).
 
 use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
+use super::machine;
 use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -230,6 +231,8 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
         .ops
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });
 
+    // Before the cells, whose allocations it would otherwise follow.
+    let speed = (!args.json).then(machine::measure);
     let pb = report::progress((workloads.len() * ns.len()) as u64);
     let mut cells = Vec::new();
     for &w in &workloads {
@@ -270,9 +273,13 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
             "ns per operation (one push + one pop); in parentheses: times faster than binary_heap"
         );
         println!(
-            "{} buckets per structure; {} operations per timing, median of {}\n",
+            "{} buckets per structure; {} operations per timing, median of {}",
             args.buckets, ops, args.repeats
         );
+        if let Some(speed) = speed {
+            println!("{}", machine::line(speed));
+        }
+        println!();
         for &w in &workloads {
             let mut header = vec![w.name().to_string()];
             header.extend(ns.iter().map(|&n| format!("n={}", fmt_n(n))));
