@@ -89,47 +89,62 @@ struct Cell {
     packets: u64,
 }
 
+/// One implementation at one flow count, and its timings so far.
+struct Timed {
+    flows: usize,
+    imp: Impl,
+    run: CaseLoop,
+    ns_per_packet: Vec<f64>,
+}
+
 /// Time both implementations of `case` at every flow count in `flow_counts`, all round-robin:
 /// each of the `repeats` rounds times every (flow count, implementation) once, so that a
 /// slow spell of the shared machine lands in one round of every cell, where the medians drop
 /// it, and not in every round of one cell (Sluice's growth from 1e3 to 1e6 flows compares two
-/// cells). Calls `timed` after each timing. Returns, per flow count, ns per packet and packets
-/// sent per implementation, in [`Impl::ALL`] order.
+/// cells). Calls `on_timing` after each timing. Returns, per flow count, ns per packet and
+/// packets sent per implementation, in [`Impl::ALL`] order.
 fn measure_case(
     case: Case,
     flow_counts: &[usize],
     packets: u64,
     repeats: usize,
-    timed: &dyn Fn(),
+    on_timing: &dyn Fn(),
 ) -> anyhow::Result<Vec<Vec<(f64, u64)>>> {
-    let mut loops = Vec::new();
+    let mut all = Vec::new();
     for &flows in flow_counts {
         for imp in Impl::ALL {
-            let mut l = CaseLoop::new(case, imp, flows).with_context(|| {
+            let mut run = CaseLoop::new(case, imp, flows).with_context(|| {
                 format!("building {} {} for {flows} flows", case.name(), imp.name())
             })?;
-            black_box(l.run(2 * flows as u64));
-            loops.push((flows, imp, l, Vec::with_capacity(repeats)));
+            black_box(run.run(2 * flows as u64));
+            let ns_per_packet = Vec::with_capacity(repeats);
+            all.push(Timed {
+                flows,
+                imp,
+                run,
+                ns_per_packet,
+            });
         }
     }
     for _ in 0..repeats {
-        for (flows, _, l, samples) in &mut loops {
-            let packets = packets.max(MIN_PACKETS_PER_FLOW * *flows as u64);
-            black_box(l.run(packets / 10));
-            let t = Instant::now();
-            black_box(l.run(packets));
-            samples.push(t.elapsed().as_nanos() as f64 / packets as f64);
-            timed();
+        for t in &mut all {
+            let packets = packets.max(MIN_PACKETS_PER_FLOW * t.flows as u64);
+            black_box(t.run.run(packets / 10));
+            let start = Instant::now();
+            black_box(t.run.run(packets));
+            t.ns_per_packet
+                .push(start.elapsed().as_nanos() as f64 / packets as f64);
+            on_timing();
         }
     }
     let mut out = Vec::new();
-    for (cell, &flows) in loops.chunks_exact_mut(Impl::ALL.len()).zip(flow_counts) {
-        for (_, imp, l, _) in cell.iter() {
-            l.verify().map_err(|e| {
-                anyhow::anyhow!("{} {} at {flows} flows: {e}", case.name(), imp.name())
+    for (cell, &flows) in all.chunks_exact_mut(Impl::ALL.len()).zip(flow_counts) {
+        for t in cell.iter() {
+            t.run.verify().map_err(|e| {
+                anyhow::anyhow!("{} {} at {flows} flows: {e}", case.name(), t.imp.name())
             })?;
         }
-        let sent: Vec<u64> = cell.iter().map(|(_, _, l, _)| l.sent()).collect();
+        let sent: Vec<u64> = cell.iter().map(|t| t.run.sent()).collect();
         if sent.iter().any(|&s| s != sent[0]) {
             bail!(
                 "{} at {flows} flows: the implementations sent different numbers of packets: {sent:?}",
@@ -138,7 +153,7 @@ fn measure_case(
         }
         out.push(
             cell.iter_mut()
-                .map(|(_, _, _, samples)| median(std::mem::take(samples)))
+                .map(|t| median(std::mem::take(&mut t.ns_per_packet)))
                 .zip(sent)
                 .collect(),
         );
