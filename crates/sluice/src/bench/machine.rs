@@ -6,9 +6,9 @@
 //! by instructions (the heap baselines of `bench sched` at a million flows against Sluice). So a
 //! report opens with numbers measured just before it, to compare runs by:
 //! - **random loads**: one step of a pointer chase through a random cycle, over 1 MiB (within a
-//!   core's own caches; a neighbour on its other hardware thread, which shares them, makes
-//!   these miss) and over 64 MiB, twice the last level cache of these machines (a miss to
-//!   memory and, on 4 KiB pages, a page walk: what a cold flow costs);
+//!   core's own caches, which a neighbour on its other hardware thread shares) and over 64 MiB,
+//!   twice the last level cache of these machines (a miss to memory and, on 4 KiB pages, a
+//!   page walk: what a cold flow costs);
 //! - **an integer step**: one round of xorshift (three shifts and three xors, each waiting for
 //!   the one before), alone, which the clock decides, and as one of eight independent rounds at
 //!   once, which the core's issue slots decide (shared with a neighbour on its other hardware
