@@ -233,8 +233,6 @@ const SHAPERS: [QueueKind; 3] = [
     QueueKind::SkipList,
 ];
 
-/// Build the tree described by `gens` (node i's parent is some node before it), holding at
-/// most `capacity` packets and `flows` flows.
 /// Which queues [`tree`] gives its nodes.
 #[derive(Clone, Copy, PartialEq)]
 enum Queues {
@@ -244,6 +242,8 @@ enum Queues {
     Auto,
 }
 
+/// Build the tree described by `gens` (node i's parent is some node before it), holding at
+/// most `capacity` packets and `flows` flows, on `queues`.
 fn tree(
     gens: &[NodeGen],
     capacity: usize,

@@ -181,8 +181,8 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 }) as u64;
 
     // Before the cells, whose allocations they would otherwise follow.
-    let memory = memory_note(machine::huge_pages_granted());
-    if args.json && memory.contains("run again") {
+    let (memory, denied) = memory_note(machine::huge_pages_granted());
+    if args.json && denied {
         eprintln!("sluice: {memory}");
     }
     let speed = (!args.json).then(machine::measure);
@@ -395,14 +395,26 @@ fn shown(got: f64, at_least: bool) -> f64 {
 /// Which pages the run's memory was on: 4 KiB unless glibc's allocator was told to ask for
 /// transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which then serves both
 /// implementations alike), whether the kernel allows them, and whether a test block got them
-/// (`granted`, [`machine::huge_pages_granted`]).
-fn memory_note(granted: Option<bool>) -> String {
+/// (`granted`, [`machine::huge_pages_granted`]). With it, whether huge pages were asked for,
+/// allowed, and not given.
+fn memory_note(granted: Option<bool>) -> (String, bool) {
     let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .ok()
         .and_then(|t| thp_mode(&t).map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
-    memory_line(&tunables, &thp, granted)
+    let line = memory_line(&tunables, &thp, granted);
+    let denied = asked_for_huge_pages(&tunables) && thp != "never" && granted == Some(false);
+    (line, denied)
+}
+
+/// Whether `GLIBC_TUNABLES` asks glibc's allocator for transparent huge pages. (`=1` is the
+/// transparent huge pages that the THP mode governs; `=2` would ask for reserved hugetlbfs
+/// pages instead, which the memory line does not try to describe.)
+fn asked_for_huge_pages(tunables: &str) -> bool {
+    tunables
+        .split(':')
+        .any(|t| t.trim() == "glibc.malloc.hugetlb=1")
 }
 
 /// The bracketed choice of a `transparent_hugepage/enabled` file (`always [madvise] never`).
@@ -413,11 +425,7 @@ fn thp_mode(text: &str) -> Option<&str> {
 }
 
 fn memory_line(tunables: &str, thp: &str, granted: Option<bool>) -> String {
-    // `=1` is the transparent huge pages that the THP mode governs (`=2` would ask for
-    // reserved hugetlbfs pages instead, which this line does not try to describe).
-    let asked = tunables
-        .split(':')
-        .any(|t| t.trim() == "glibc.malloc.hugetlb=1");
+    let asked = asked_for_huge_pages(tunables);
     let test = match granted {
         Some(true) => "a test block got them",
         Some(false) => "a test block did not get them",
