@@ -174,10 +174,12 @@ pub trait RankQueue<T: Copy> {
     /// Move the item behind `handle` to `rank`, as [`RankQueue::remove`] then
     /// [`RankQueue::push`] of `item` would: to the back of the items of its new rank, with a new
     /// handle in place of `handle` (which the queue may hand back as it was). A stale handle
-    /// removes nothing (it is counted) and `item` is pushed all the same. Bucketed queues move
-    /// an item that is alone in its bucket into an empty one in place, without giving up and
-    /// taking back its storage: a per-flow policy re-ranking the flow it serves (pFabric, LQF)
-    /// does this on most packets.
+    /// removes nothing (it is counted) and `item` is pushed all the same. The bucketed queues
+    /// over a bucket store (fixed-range and circular: FFS, hierarchical FFS, cFFS, the
+    /// gradient queues, the bucket heap) move an item that is alone in its bucket into an empty
+    /// one in place, without giving up and taking back its storage: a per-flow policy
+    /// re-ranking the flow it serves does this on most packets (pFabric, LQF), a fair queue
+    /// over sparse flows on many (WFQ).
     fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
         let _ = self.remove(handle);
         self.push(rank, item)

@@ -121,6 +121,13 @@ pub(crate) fn next_seed() -> NonZeroU32 {
     NonZeroU32::new(n.wrapping_mul(0x9E37_79B9) | 1).unwrap_or(NonZeroU32::MIN)
 }
 
+/// The chunk and slot a handle names (valid or not).
+#[inline(always)]
+fn split(handle: Handle) -> (u32, u8) {
+    let i = handle.index();
+    (i >> SLOT_BITS, (i & ((1 << SLOT_BITS) - 1)) as u8)
+}
+
 fn bump(generation: NonZeroU32) -> NonZeroU32 {
     generation.checked_add(1).unwrap_or(NonZeroU32::MIN)
 }
@@ -364,8 +371,7 @@ impl<T: Copy> BucketStore<T> {
     /// The chunk and slot behind `handle` if it names a live entry.
     #[inline]
     fn locate(&self, handle: Handle) -> Option<(u32, u8)> {
-        let idx = handle.index() >> SLOT_BITS;
-        let slot = (handle.index() & ((1 << SLOT_BITS) - 1)) as u8;
+        let (idx, slot) = split(handle);
         let c = self.chunks.get(idx as usize)?;
         let live = c.generation == handle.generation()
             && slot >= c.head
@@ -415,6 +421,18 @@ impl<T: Copy> BucketStore<T> {
         Ok((bucket, entry))
     }
 
+    /// The bucket and rank of the entry behind `handle` when it is the only entry of its
+    /// bucket, which [`BucketStore::relink_alone`] can move in place; `None` when it is not
+    /// alone or the handle is stale.
+    #[inline(always)]
+    pub(crate) fn alone(&self, handle: Handle) -> Option<(usize, Rank)> {
+        let (idx, slot) = self.locate(handle)?;
+        let c = &self.chunks[idx as usize];
+        // The head is live, so [head, tail) = [slot, slot + 1) holds this entry alone.
+        let alone = c.head == slot && c.tail == slot + 1 && c.prev == NIL && c.next == NIL;
+        alone.then_some((c.bucket as usize, c.ranks[slot as usize]))
+    }
+
     /// Move the entry behind `handle` to `bucket` as `rank` and `item` without freeing its
     /// chunk, when it is the only entry of its bucket and `bucket` is empty (or its own): the
     /// chunk is relinked as `bucket`'s one chunk, and `handle` stays valid. Returns the bucket
@@ -428,14 +446,11 @@ impl<T: Copy> BucketStore<T> {
         rank: Rank,
         item: T,
     ) -> Option<usize> {
-        let (idx, slot) = self.locate(handle)?;
-        let c = &self.chunks[idx as usize];
-        // The head is live, so [head, tail) = [slot, slot + 1) holds this entry alone.
-        let alone = c.head == slot && c.tail == slot + 1 && c.prev == NIL && c.next == NIL;
-        let from = c.bucket as usize;
-        if !alone || (from != bucket && self.lists[bucket].head != NIL) {
+        let (from, _) = self.alone(handle)?;
+        if from != bucket && self.lists[bucket].head != NIL {
             return None;
         }
+        let (idx, slot) = split(handle);
         let c = &mut self.chunks[idx as usize];
         c.ranks[slot as usize] = rank;
         c.items[slot as usize] = item;

@@ -10,11 +10,12 @@
 use proptest::prelude::*;
 use sluice_queue::bucket_heap::HeapIndex;
 use sluice_queue::ffs::FlatBitmap;
+use sluice_queue::fixed::BucketIndex;
 use sluice_queue::gradient::GradientIndex;
 use sluice_queue::oracle::{KeyModel, Oracle};
 use sluice_queue::{
-    AnyQueue, CircularConfig, CircularFfsQueue, CircularQueue, Handle, Overflow, PushError,
-    QueueKind, QueueSpec, RankQueue, UPCOMING,
+    AnyQueue, CircularApproxQueue, CircularConfig, CircularFfsQueue, CircularQueue, Handle,
+    Overflow, PushError, QueueKind, QueueSpec, RankQueue, UPCOMING,
 };
 use std::collections::HashMap;
 
@@ -412,6 +413,51 @@ fn moving_ranges_survive_many_rounds() {
             .collect();
         run(&c, start, &ops).unwrap();
     }
+}
+
+/// The circular queues' in-place move ([`RankQueue::requeue`] of an item alone in its bucket
+/// into an empty one) is taken, keeps the handle, and leaves the order a remove and a push
+/// would, also when the move empties the primary range or swaps the ranges back.
+#[test]
+fn a_circular_requeue_moves_an_item_alone_in_place_and_keeps_the_order() {
+    // Two ranges of 8 buckets of 10 rank units: [0, 80) and [80, 160) at first.
+    let cfg = CircularConfig::new(8, 10, 16);
+    check_circular_moves("cffs", CircularFfsQueue::new(cfg).unwrap());
+    check_circular_moves(
+        "circular_approx",
+        CircularApproxQueue::new(cfg, 16).unwrap(),
+    );
+}
+
+fn check_circular_moves<I: BucketIndex>(kind: &str, mut q: CircularQueue<u32, I>) {
+    let a = q.push(5, 1).unwrap();
+    let b = q.push(15, 2).unwrap();
+    // Alone in its bucket, to an empty one: the same handle names it there.
+    assert_eq!(q.requeue(a, 45, 1), Ok(a), "{kind}");
+    assert_eq!(q.rank_of(a), Some(45), "{kind}");
+    // To its own bucket: in place too.
+    assert_eq!(q.requeue(a, 47, 1), Ok(a), "{kind}");
+    // To a bucket another item holds: behind it, under a new handle.
+    let a2 = q.requeue(a, 16, 1).unwrap();
+    assert_ne!(a2, a, "{kind}");
+    assert_eq!(q.rank_of(a), None, "{kind}: the old handle is stale");
+    // Not alone: moved by a remove and a push.
+    q.requeue(b, 90, 2).unwrap();
+    // The last item of the primary moves to the secondary range: the ranges swap before it
+    // is filed, and it lands in an empty bucket of the new primary, in place.
+    assert_eq!(q.requeue(a2, 105, 1), Ok(a2), "{kind}");
+    assert_eq!(q.window().0, 80, "{kind}: the secondary took over");
+    // A move to just below the new base swaps them back (module note), in place.
+    assert_eq!(q.requeue(a2, 75, 1), Ok(a2), "{kind}");
+    assert_eq!(q.window().0, 0, "{kind}: swapped back");
+    let st = q.stats();
+    assert_eq!(
+        (st.pushed, st.removed),
+        (2 + 6, 6),
+        "{kind}: a move counts as both"
+    );
+    let order: Vec<_> = std::iter::from_fn(|| q.pop_min().map(|e| (e.rank, e.item))).collect();
+    assert_eq!(order, [(75, 1), (90, 2)], "{kind}");
 }
 
 /// A re-rank (remove, then push) of the last member of cFFS's primary range, to a rank still
