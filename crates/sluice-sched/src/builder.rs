@@ -12,6 +12,12 @@
 //! | a moving range | `cffs`, 4 096 buckets per range |
 //! | a dense moving range over more than 65 536 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) at an internal node; `cffs` at a leaf |
 //!
+//! Two choices come before the table: an internal node of at most 16 children whose ranks span
+//! more than a few levels gets an exact `binary_heap` (Fig. 4.20 sizes a queue for many
+//! members; for a few, a heap is a few compares deep and orders them exactly, where a bucket
+//! index costs more and a bucket may hold two children's tags), and so does an internal
+//! hClock or HTB node's reservation queue, whatever its number of children (see `build`).
+//!
 //! Fig. 4.20 asks first how many levels there are: below about a thousand the choice matters
 //! little, and the approximate gradient pays off only over many dense levels. So a dense moving
 //! range of at most 65 536 ranks (DRR's and fq's rounds: about a hundred) gets `cffs` too, one
@@ -554,22 +560,31 @@ impl TreeBuilder {
             let mut spans = Vec::with_capacity(queue_count);
             for which in 0..queue_count {
                 let shape = policy.shape(&cx, which);
-                // An internal node's reservation queue (hClock, HTB) under `auto` is exact: its
+                // Under `auto`, an internal node's reservation queue (hClock, HTB) is exact: its
                 // span must hold the next tag of the slowest reservation, so a 1 kbit/s child
                 // beside 500 Mbit/s ones made buckets of half a second, where a due child
                 // waited behind one that was not (500 Mbit/s reserved got 485). A node has few
                 // children, for which a heap costs little; a leaf's flows share one
-                // reservation, whose tags a moving range orders well.
-                let choice =
-                    if policy.dual() && which == 0 && !leaf && spec.queue == QueueChoice::Auto {
-                        QueueChoice::Kind {
-                            kind: QueueKind::BinaryHeap,
-                            buckets: None,
-                            granularity: None,
-                        }
-                    } else {
-                        spec.queue
-                    };
+                // reservation, whose tags a moving range orders well. Every queue of a node of
+                // at most [`FEW_CHILDREN`] children is exact too, unless its ranks are a few
+                // levels (an FFS of one bucket per level is exact already): their tags in
+                // order, not in buckets, for a few compares, fewer than a bucket index costs.
+                let few_children = mode == Mode::PerMember
+                    && !leaf
+                    && entries <= FEW_CHILDREN
+                    && !matches!(shape, RankShape::Levels(l) if l <= FEW_LEVELS);
+                let choice = if spec.queue == QueueChoice::Auto
+                    && !leaf
+                    && ((policy.dual() && which == 0) || few_children)
+                {
+                    QueueChoice::Kind {
+                        kind: QueueKind::BinaryHeap,
+                        buckets: None,
+                        granularity: None,
+                    }
+                } else {
+                    spec.queue
+                };
                 let mut qs = node_queue_spec(choice, shape, entries);
                 // A leaf that ranks each packet by a time (EDF, LSTF) files a flow's
                 // packets in successive buckets, and an approximate queue may serve a later
@@ -875,6 +890,11 @@ fn are(items: &[String]) -> String {
 /// Eiffel's threshold in Fig. 4.20: up to this many levels the choice of queue matters little,
 /// so `auto` gives a few levels an FFS.
 const FEW_LEVELS: u64 = 1024;
+/// Internal nodes with at most this many children get an exact binary heap from `auto` (for
+/// ranks of more than [`FEW_LEVELS`] levels): a heap of 16 entries is four levels deep and
+/// fits in four cache lines. (eiffel_fig47's two internal nodes of two children each: 2306 ->
+/// 2094 instructions per packet on heaps instead of cFFS, callgrind at 1e3 flows.)
+const FEW_CHILDREN: usize = 16;
 /// Dense moving ranges of up to this many ranks (fq's and DRR's rounds) get an exact cFFS, one
 /// bucket per rank (a megabyte at most); the approximate gradient only above. Eiffel's 1024
 /// gave fq with a quantum below about 257 B (at a 64 KiB `max_packet`) buckets of two ranks,
@@ -1055,6 +1075,38 @@ mod tests {
         let q = auto(RankShape::Fixed { max: 1 << 20 });
         assert_eq!(q.buckets as u64, FIXED_BUCKETS);
         assert!(q.granularity * FIXED_BUCKETS >= 1 << 20, "{q:?}");
+    }
+
+    #[test]
+    fn auto_gives_an_internal_node_of_a_few_children_an_exact_heap() {
+        let describe = |policy: PolicyKind, children: usize| {
+            let mut b = TreeBuilder::new(SchedConfig::default());
+            let root = b.root(NodeSpec::new("root", policy));
+            for i in 0..children {
+                let leaf = b.child(root, NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo));
+                if i == 0 {
+                    b.default_leaf(leaf);
+                }
+            }
+            let d = b.build().unwrap().describe();
+            d.lines().next().unwrap_or_default().to_string()
+        };
+        for policy in [PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::Lqf] {
+            let few = describe(policy, FEW_CHILDREN);
+            assert!(few.contains("queue binary_heap]"), "{few}");
+            let many = describe(policy, FEW_CHILDREN + 1);
+            assert!(
+                many.contains("queue cffs(") || many.contains("queue hffs("),
+                "{many}"
+            );
+        }
+        // Both of hClock's queues; strict priority keeps its FFS of one bucket per level.
+        let few = describe(PolicyKind::HClock, 2);
+        assert!(few.contains("queue binary_heap + binary_heap]"), "{few}");
+        let many = describe(PolicyKind::HClock, FEW_CHILDREN + 1);
+        assert!(many.contains("queue binary_heap + cffs("), "{many}");
+        let prio = describe(PolicyKind::Prio, 2);
+        assert!(prio.contains("queue ffs("), "{prio}");
     }
 
     #[test]
