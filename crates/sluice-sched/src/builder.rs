@@ -12,7 +12,7 @@
 //! | a moving range | `cffs`, 4 096 buckets per range |
 //! | a dense moving range over more than 65 536 ranks (LSTF) | `circular_approx` (approximate gradient, alpha 16) at an internal node; `cffs` at a leaf |
 //!
-//! Two choices come before the table: an internal node of at most 16 children whose ranks span
+//! Two choices come before the table: an internal node of at most 8 children whose ranks span
 //! more than a few levels gets an exact `binary_heap` (Fig. 4.20 sizes a queue for many
 //! members; for a few, a heap is a few compares deep and orders them exactly, where a bucket
 //! index costs more and a bucket may hold two children's tags), and so does an internal
@@ -891,10 +891,12 @@ fn are(items: &[String]) -> String {
 /// so `auto` gives a few levels an FFS.
 const FEW_LEVELS: u64 = 1024;
 /// Internal nodes with at most this many children get an exact binary heap from `auto` (for
-/// ranks of more than [`FEW_LEVELS`] levels): a heap of 16 entries is four levels deep and
-/// fits in four cache lines. (eiffel_fig47's two internal nodes of two children each: 2306 ->
-/// 2094 instructions per packet on heaps instead of cFFS, callgrind at 1e3 flows.)
-const FEW_CHILDREN: usize = 16;
+/// ranks of more than [`FEW_LEVELS`] levels). Where a heap costs no more than cFFS: a WFQ root
+/// over K backlogged FIFO children executed, per packet, 98 fewer instructions on a heap at K
+/// = 2, 45 fewer at 4, 7 more at 8, 48 more at 16 and 94 more at 64 (callgrind, of about 1500).
+/// eiffel_fig47's two internal nodes of two children each: 2306 -> 2094 instructions per
+/// packet (callgrind at 1e3 flows).
+const FEW_CHILDREN: usize = 8;
 /// Dense moving ranges of up to this many ranks (fq's and DRR's rounds) get an exact cFFS, one
 /// bucket per rank (a megabyte at most); the approximate gradient only above. Eiffel's 1024
 /// gave fq with a quantum below about 257 B (at a 64 KiB `max_packet`) buckets of two ranks,
