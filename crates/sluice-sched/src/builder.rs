@@ -893,7 +893,8 @@ const FEW_LEVELS: u64 = 1024;
 /// Internal nodes with at most this many children get an exact binary heap from `auto` (for
 /// ranks of more than [`FEW_LEVELS`] levels). Where a heap costs no more than cFFS: a WFQ root
 /// over K backlogged FIFO children executed, per packet, 98 fewer instructions on a heap at K
-/// = 2, 45 fewer at 4, 7 more at 8, 48 more at 16 and 94 more at 64 (callgrind, of about 1500).
+/// = 2, 45 fewer at 4, 7 more at 8, 48 more at 16 and 96 more at 64 (of about 1500; callgrind,
+/// `examples/fanout_probe.rs`).
 /// eiffel_fig47's two internal nodes of two children each: 2306 -> 2094 instructions per
 /// packet (callgrind at 1e3 flows).
 const FEW_CHILDREN: usize = 8;
