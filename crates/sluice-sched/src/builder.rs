@@ -894,9 +894,8 @@ const FEW_LEVELS: u64 = 1024;
 /// ranks of more than [`FEW_LEVELS`] levels). Where a heap costs no more than cFFS: a WFQ root
 /// over K backlogged FIFO children executed, per packet, 98 fewer instructions on a heap at K
 /// = 2, 45 fewer at 4, 7 more at 8, 48 more at 16 and 96 more at 64 (of about 1500; callgrind,
-/// `examples/fanout_probe.rs`).
-/// eiffel_fig47's two internal nodes of two children each: 2306 -> 2094 instructions per
-/// packet (callgrind at 1e3 flows).
+/// `examples/fanout_probe.rs`). eiffel_fig47's two internal nodes of two children each: 2306
+/// -> 2094 instructions per packet (callgrind at 1e3 flows).
 const FEW_CHILDREN: usize = 8;
 /// Dense moving ranges of up to this many ranks (fq's and DRR's rounds) get an exact cFFS, one
 /// bucket per rank (a megabyte at most); the approximate gradient only above. Eiffel's 1024
