@@ -282,35 +282,18 @@ mod tests {
             class: Some(c),
             ..pkt(10, 80, "10.1.1.1")
         };
+        let rule = |all: Vec<Match>, leaf: u16| Rule { all, leaf };
         let c = Classifier {
             rules: vec![
                 // Not indexed (two conditions), before the class rules: it wins where it holds.
-                Rule {
-                    all: vec![Match::Class(1), Match::Dport(80, 80)],
-                    leaf: 1,
-                },
-                Rule {
-                    all: vec![Match::Class(1)],
-                    leaf: 2,
-                },
-                Rule {
-                    all: vec![Match::Class(2)],
-                    leaf: 3,
-                },
+                rule(vec![Match::Class(1), Match::Dport(80, 80)], 1),
+                rule(vec![Match::Class(1)], 2),
+                rule(vec![Match::Class(2)], 3),
                 // Never reached: class 2 matched first.
-                Rule {
-                    all: vec![Match::Class(2)],
-                    leaf: 4,
-                },
+                rule(vec![Match::Class(2)], 4),
                 // Indexed by DSCP, after the class rules: reached only without them.
-                Rule {
-                    all: vec![Match::Dscp(10)],
-                    leaf: 5,
-                },
-                Rule {
-                    all: vec![Match::Dport(80, 80)],
-                    leaf: 6,
-                },
+                rule(vec![Match::Dscp(10)], 5),
+                rule(vec![Match::Dport(80, 80)], 6),
             ],
             default: Some(7),
         };
