@@ -270,9 +270,9 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
     /// As remove, then push; but an item alone in its bucket that goes to an empty bucket (or
     /// back to its own) keeps its chunk, relinked there with its handle, as in
     /// [`crate::FixedRangeQueue`]: a fair queue re-ranking the member it served does this when
-    /// its members are sparse over the buckets (WFQ over flows: 44% of the re-ranks in the
-    /// `eiffel_fig47` case of `sluice bench sched` at 1e3 flows; hClock's share tags share
-    /// buckets, and it never does).
+    /// its members are sparse over the buckets (WFQ over a few hundred flows in 4096 buckets,
+    /// as in the `eiffel_fig47` case of `sluice bench sched`; hClock's share tags share
+    /// buckets, and it rarely does).
     #[inline]
     fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
         let Some((from, old)) = self.store.alone(handle) else {
