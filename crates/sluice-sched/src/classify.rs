@@ -199,23 +199,25 @@ impl RuleIndex {
             .min(first_rule(&self.dscp, h.dscp.map(u32::from)))
             .min(first_rule(&self.vlan, h.vlan.map(u32::from)));
         if self.rest.first().is_some_and(|&i| i < first) {
-            return self.scan(c, p, first);
+            if let Some(leaf) = self.scan(c, p, first) {
+                return Some(leaf);
+            }
         }
         c.rules.get(first).map(|r| r.leaf).or(c.default)
     }
 
-    /// [`RuleIndex::classify`] when rules that are not indexed come before `first`, the first
-    /// indexed one that matches: those rules in order, then `first`. A call of its own, so
-    /// that the lookups keep their few registers (inlined, the scan's loads of every header
-    /// field were hoisted before the lookups, for every packet).
+    /// The first of the rules that are not indexed and come before `first` (the first indexed
+    /// one that matches) that `p` matches. A call of its own, so that the lookups keep their
+    /// few registers (inlined, the scan's loads of every header field were hoisted before the
+    /// lookups, for every packet).
     #[inline(never)]
     fn scan(&self, c: &Classifier, p: &Packet, first: usize) -> Option<u16> {
-        for &i in self.rest.iter().take_while(|&&i| i < first) {
-            if let Some(rule) = c.rules.get(i).filter(|r| r.all.iter().all(|m| m.holds(p))) {
-                return Some(rule.leaf);
-            }
-        }
-        c.rules.get(first).map(|r| r.leaf).or(c.default)
+        self.rest
+            .iter()
+            .take_while(|&&i| i < first)
+            .filter_map(|&i| c.rules.get(i))
+            .find(|r| r.all.iter().all(|m| m.holds(p)))
+            .map(|r| r.leaf)
     }
 }
 
