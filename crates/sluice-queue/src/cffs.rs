@@ -289,9 +289,9 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
             return Err(PushError::OutOfRange { rank, item });
         };
         let to = self.bucket(range, off);
-        let handle = if to == from || !self.store.is_occupied(to) {
-            let moved = self.store.relink_alone(handle, to, rank, item);
-            debug_assert!(moved.is_some(), "an entry alone moves to an empty bucket");
+        // In place if `to` is empty or its own bucket (the store checks), else behind `to`'s
+        // items, whose range already marks it.
+        let handle = if self.store.relink_alone(handle, to, rank, item).is_some() {
             self.ranges[range].insert(off as usize);
             handle
         } else {
