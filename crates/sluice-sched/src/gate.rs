@@ -138,16 +138,6 @@ impl Gate {
         }
     }
 
-    /// The release time the last packet of `len` bytes stamped was given (`stamp`'s result),
-    /// as long as nothing was stamped since; changed by a rate change since, as the gate's
-    /// debt is ([`Gate::set_rate`]).
-    pub fn last_start(&self, len: u32) -> u64 {
-        let start = self
-            .lts()
-            .saturating_sub(self.rate.tx_time_fp_of(len, self.per_byte));
-        u64::try_from(start >> 32).unwrap_or(u64::MAX)
-    }
-
     /// Whether the gate has been idle long enough at `now` to hold its whole burst again: then
     /// it is as a new gate at its rate would be, and forgetting it changes nothing.
     pub fn full(&self, now: u64) -> bool {
@@ -286,24 +276,5 @@ mod tests {
         let now = 5_000_000_000;
         assert_eq!(g.stamp(now, 100), now);
         assert_eq!(g.stamp(now, 100), now + 12_500_000);
-    }
-
-    #[test]
-    fn last_start_is_the_release_time_the_last_stamp_gave() {
-        // A packet's time at the gate's rate is rounded up from the exact time by a few
-        // 2^-32 ns (to a packet's worth at a few bit/s): `last_start` takes off the time the
-        // stamp added, or it names a release up to a ns later than the one given (3 bit/s,
-        // 4 GB packets: the second starts exactly on a ns).
-        for (bps, len, burst) in [
-            (3, 4_000_000_000, 0),
-            (1_000_000_007, 1500, 3000),
-            (10_000_000_000, 64, 0),
-        ] {
-            let mut g = Gate::new(Rate::from_bps(bps).unwrap(), burst);
-            for _ in 0..3 {
-                let t = g.stamp(1_000, len);
-                assert_eq!(g.last_start(len), t, "{bps} bit/s, {len} B");
-            }
-        }
     }
 }

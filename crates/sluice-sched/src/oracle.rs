@@ -81,11 +81,10 @@ struct ONode {
     flow_rate: Option<(Rate, u64)>,
 }
 
-/// What waits in the shaper: a flow's packet (its time is its gate's `last_start`), or a
-/// node's packet and its release time.
+/// What waits in the shaper, with its release time: a flow's packet, or a node's.
 #[derive(Clone, Copy)]
 enum Wait {
-    Flow(u32),
+    Flow(u32, u64),
     Node(NodeId, Meta, u64),
 }
 
@@ -323,7 +322,7 @@ impl OracleTree {
             f.line.waiting.pop_front();
             if t > now {
                 f.line.in_flight = true;
-                return self.wait(t, now, Wait::Flow(pkt));
+                return self.wait(t, now, Wait::Flow(pkt, t));
             }
             self.pass_flow_gate(pkt, now);
         }
@@ -428,15 +427,7 @@ impl OracleTree {
         while let Some(e) = self.shaper.pop_due(now) {
             let mut t = e.rank.min(now);
             let w = self.waits[e.item as usize];
-            let at = match w {
-                Wait::Flow(pkt) => {
-                    let p = self.packets[pkt as usize];
-                    self.flows[p.flow as usize]
-                        .gate
-                        .map_or(0, |g| g.last_start(p.len))
-                }
-                Wait::Node(_, _, at) => at,
-            };
+            let (Wait::Flow(_, at) | Wait::Node(_, _, at)) = w;
             if at > e.rank {
                 // Filed at the horizon's end: again, from where it was filed while others are
                 // still due before `now`, else from `now`, unless `at` has come.
@@ -451,7 +442,7 @@ impl OracleTree {
                 t = at;
             }
             match w {
-                Wait::Flow(pkt) => {
+                Wait::Flow(pkt, _) => {
                     let p = self.packets[pkt as usize];
                     let f = &mut self.flows[p.flow as usize];
                     f.line.in_flight = false;

@@ -194,7 +194,17 @@ struct Held {
     node: NodeId,
     meta: Meta,
     next: u32,
-    /// In the shaper: the release time its gate gave (it may lie beyond the horizon).
+}
+
+/// A release beyond the shaper's horizon: the shaper item it stands for and its time. The
+/// shaper holds it (as a [`FAR_ITEM`]) at the horizon's end, again and again, until that time
+/// comes; it keeps the time it was given, as every release does. (A flow's packet used to
+/// have its time worked out from its gate when it came up, and so followed the gate's rate
+/// changes since: lowered from 1 to 0.5 kbit/s, a gate let a 1500 B packet due 12 s later go
+/// at the horizon's end, 1 ms after the one before.)
+#[derive(Clone, Copy, Debug)]
+struct Far {
+    item: u32,
     at: u64,
 }
 
@@ -229,8 +239,13 @@ const PREFETCH_MIN_BYTES: usize = 8 << 20;
 pub(crate) const PAST_GATE: u32 = 2;
 
 /// A shaper item with this bit set is a flow id (its gate's packet in flight is the flow's
-/// `gate_next`); without it, a [`Held`] record id. Ids stay below 2^24 (`MAX_PACKETS`).
+/// `gate_next`); without it (or [`FAR_ITEM`]), a [`Held`] record id. Ids stay below 2^24
+/// (`MAX_PACKETS`).
 const FLOW_ITEM: u32 = 1 << 31;
+
+/// A shaper item with this bit set (and not [`FLOW_ITEM`]) is a [`Far`] record id: a release
+/// beyond the horizon, filed at its end until its time.
+const FAR_ITEM: u32 = 1 << 30;
 
 /// What a gate does with an arriving packet.
 enum Verdict {
@@ -351,6 +366,8 @@ pub struct Scheduler {
     /// Packets held, wherever their records are.
     held: usize,
     pending: Slab<Held>,
+    /// Releases beyond the shaper's horizon, with their times.
+    far: Slab<Far>,
     shaper: AnyQueue<u32>,
     /// The shaper's next deadline (`u64::MAX`: empty), so that the many calls that find
     /// nothing due cost one comparison. Refreshed after every release and every push that
@@ -423,6 +440,7 @@ impl Scheduler {
             packets: Slab::new(capacity)?,
             held: 0,
             pending: Slab::new(capacity)?,
+            far: Slab::new(capacity)?,
             shaper,
             shaper_due: u64::MAX,
             shaper_spec,
@@ -663,7 +681,6 @@ impl Scheduler {
             node: n,
             meta: *meta,
             next: NIL,
-            at: 0,
         });
         let line = &mut self.nodes[n as usize].line;
         if line.tail == NIL {
@@ -684,14 +701,19 @@ impl Scheduler {
     }
 
     /// [`Scheduler::park`] without counting: the item is filed until `at`, or until the
-    /// horizon's end if that comes first (then true), where [`Scheduler::unpark`] files it
-    /// again until `at` comes. (Released at the horizon's end, as before, a packet that takes
+    /// horizon's end if that comes first (then true) in a [`Far`] record that keeps `at`,
+    /// where [`Scheduler::unpark`] files it again until `at` comes. (Released at the horizon's end, as before, a packet that takes
     /// longer than the horizon at its gate's rate broke the rate: 124 Mbit/s through a 100
     /// Mbit/s node with 65 000 B frames and a 4 ms horizon.)
     fn file(&mut self, at: u64, now: u64, item: u32) -> bool {
         // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
         // ([`Horizon::latest`]).
         let latest = self.horizon.beyond(at, now);
+        let item = if latest.is_some() || item & FAR_ITEM != 0 {
+            self.far(at, item, latest.is_some())
+        } else {
+            item
+        };
         let at = latest.unwrap_or(at);
         // Time passes for the shaper even while nothing is due (release_due then skips it), so
         // that `at` is placed within its horizon from `now`.
@@ -701,6 +723,7 @@ impl Scheduler {
             // and `at` was clamped into its horizon: neither error can happen.
             debug_assert!(false, "shaper refused an item: {e:?}");
             let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
+            let item = self.far(0, item, false);
             self.unpark(item, u64::MAX, now);
             return latest.is_some();
         }
@@ -712,13 +735,24 @@ impl Scheduler {
         latest.is_some()
     }
 
+    /// The item to file for `item` until `at`: beyond the horizon (`beyond`), a [`Far`] record
+    /// that keeps `at` (the one `item` names if it is one already); within it, `item` itself
+    /// (taken out of its record if it is one).
+    #[cold]
+    fn far(&mut self, at: u64, item: u32, beyond: bool) -> u32 {
+        match (item & FAR_ITEM != 0, beyond) {
+            (false, true) => FAR_ITEM | self.far.insert(Far { item, at }),
+            (true, false) => self.far.release(item & !FAR_ITEM).item,
+            _ => item,
+        }
+    }
+
     /// Park node `n`'s packet in flight, a copy of `meta`.
     fn park_node(&mut self, at: u64, now: u64, n: NodeId, meta: &Meta) {
         let id = self.pending.insert(Held {
             node: n,
             meta: *meta,
             next: NIL,
-            at,
         });
         self.park(at, now, id);
     }
@@ -884,30 +918,34 @@ impl Scheduler {
     /// through too, until one must wait in the shaper. Time passes for them from when the
     /// item was due, `filed` (or `now` if earlier), so that chained gates keep exact spacing
     /// whatever the host's lateness. An item filed at the horizon's end before its release
-    /// time is filed again instead, unless that time has come ([`Scheduler::refile`]).
+    /// time ([`Far`]) is filed again instead, unless that time has come
+    /// ([`Scheduler::refile`]).
     fn unpark(&mut self, item: u32, filed: u64, now: u64) {
         if item & FLOW_ITEM != 0 {
             self.unpark_flow(item & !FLOW_ITEM, filed, now);
+        } else if item & FAR_ITEM != 0 {
+            self.unpark_far(item, filed, now);
         } else {
             self.unpark_node(item, filed, now);
         }
     }
 
+    /// See [`Scheduler::unpark`]; a release beyond the horizon, filed at its end (`filed`).
+    #[cold]
+    fn unpark_far(&mut self, item: u32, filed: u64, now: u64) {
+        let id = item & !FAR_ITEM;
+        let Far { item: inner, at } = self.far.items[id as usize];
+        if let Some(due) = self.refile(at, filed, now, item) {
+            self.far.release(id);
+            self.unpark(inner, due, now);
+        }
+    }
+
     /// See [`Scheduler::unpark`]; a flow's gate, whose line is its FIFO from `gate_next` on.
-    /// The gate stamped nothing since its packet in flight (the others wait unstamped), so
-    /// that packet's release time is the gate's last start ([`Gate::last_start`]).
     fn unpark_flow(&mut self, flow: FlowId, filed: u64, now: u64) {
         let f = &self.flows.flows[flow as usize];
         let pkt = f.gate_next;
         let len = f.rec(&self.packets.items, pkt).meta.len;
-        if let Some(at) = f.gate.as_ref().map(|g| g.last_start(len)) {
-            if at > filed {
-                if let Some(due) = self.refile(at, filed, now, FLOW_ITEM | flow) {
-                    self.flow_released(flow, pkt, len, due);
-                }
-                return;
-            }
-        }
         self.flow_released(flow, pkt, len, filed.min(now));
     }
 
@@ -992,15 +1030,7 @@ impl Scheduler {
 
     /// See [`Scheduler::unpark`]; a node's gate, whose line is a list of [`Held`] records.
     fn unpark_node(&mut self, id: u32, filed: u64, now: u64) {
-        let at = self.pending.items[id as usize].at;
-        let now = if at > filed {
-            match self.refile(at, filed, now, id) {
-                Some(due) => due,
-                None => return,
-            }
-        } else {
-            filed.min(now)
-        };
+        let now = filed.min(now);
         let held = self.pending.release(id);
         let n = held.node;
         let node = &mut self.nodes[n as usize];
@@ -1027,8 +1057,7 @@ impl Scheduler {
             if t > now {
                 // The record becomes the packet in flight: into the shaper as it is.
                 node.line.waiting = true;
-                let h = &mut self.pending.items[head as usize];
-                (h.next, h.at) = (NIL, t);
+                self.pending.items[head as usize].next = NIL;
                 return self.park(t, now, head);
             }
             self.pending.release(head);

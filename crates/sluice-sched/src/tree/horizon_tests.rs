@@ -110,3 +110,62 @@ fn a_release_still_ahead_is_refiled_from_the_present() {
     assert_eq!(sent.0, 1);
     assert!(sent.1 <= due && sent.1 + 1024 > due, "left at {}", sent.1);
 }
+
+/// A scheduler whose one gate, a flow's pacing rate (`flow_gate`; the flow's packets carry
+/// it) or a node's limit, lets a 1500 B packet through every 12 s (1 kbit/s), far beyond its
+/// 1 ms horizon; and the node whose gate it is, or whose flow's.
+fn slow_gate(flow_gate: bool) -> (Scheduler, NodeId) {
+    let mut b = TreeBuilder::new(short_horizon());
+    let n = if flow_gate {
+        b.root(NodeSpec::new("leaf", PolicyKind::Fifo))
+    } else {
+        let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+        let limit = Rate::from_bps(1_000).expect("a rate");
+        b.child(root, NodeSpec::new("n", PolicyKind::Fifo).rate(limit, 0))
+    };
+    b.default_leaf(n);
+    (b.build().expect("a valid tree"), n)
+}
+
+/// A packet that waits beyond the horizon keeps the release time it was given when its gate's
+/// rate changes, as every release given does ([`Gate::set_rate`]), and the packets after it
+/// pay the new rate. (Lowered to 500 bit/s, a flow's gate let its packet due 12 s later go
+/// at the horizon's end, 1 ms after the one before: the gate took the packet's time from its
+/// rate, which had changed.)
+#[test]
+fn a_release_beyond_the_horizon_keeps_its_time_when_the_rate_changes() {
+    const SLOT: u64 = 1024;
+    for flow_gate in [true, false] {
+        // The new rate and the time 1500 B take at it.
+        for (bps, gap) in [(500, 24_000 * MS), (1_000_000_000, 12_000)] {
+            let (mut s, n) = slow_gate(flow_gate);
+            for t in 0..3 {
+                let mut p = packet(t, 1500);
+                if flow_gate {
+                    p.fields.pacing_bps = 1_000;
+                }
+                s.enqueue(START, &p).expect("room for three");
+            }
+            assert_eq!(s.dequeue(START).map(|d| d.token), Some(0));
+            let rate = Rate::from_bps(bps).expect("a rate");
+            if flow_gate {
+                assert!(s.set_flow_rate(n, 1, Some(rate)));
+            } else {
+                s.set_rate(n, Some(rate), 0);
+            }
+            let mut now = START;
+            let mut sent = Vec::new();
+            while sent.len() < 2 {
+                match s.dequeue(now) {
+                    Some(d) => sent.push((d.token, now - START)),
+                    None => now = s.next_event(now).expect("a release").max(now + 1),
+                }
+            }
+            let case = format!("flow gate {flow_gate}, {bps} bit/s: {sent:?}");
+            assert_eq!((sent[0].0, sent[1].0), (1, 2), "{case}");
+            assert!(sent[0].1.abs_diff(12_000 * MS) < SLOT, "{case}");
+            assert!((sent[1].1 - sent[0].1).abs_diff(gap) < SLOT, "{case}");
+            assert_eq!(s.dequeue(now + 100_000 * MS), None, "{case}");
+        }
+    }
+}
