@@ -585,9 +585,11 @@ impl Datapath {
         t
     }
 
-    /// Change the rate limit of class `node` of the link from port `from`, at run time.
+    /// Change the rate limit of class `node` of the link from port `from`, at run time (at
+    /// `now`, the time [`Datapath::step`] is given).
     pub fn set_rate(
         &mut self,
+        now: u64,
         from: &str,
         node: &str,
         rate: Option<Rate>,
@@ -597,16 +599,16 @@ impl Datapath {
         self.links[l]
             .pipeline
             .scheduler_mut()
-            .set_rate(n, rate, burst);
+            .set_rate(now, n, rate, burst);
         Ok(())
     }
 
     /// Set the rate limit of node `n` of link `l`, keeping its burst (the allocator of several
     /// engines installs each engine's share this way).
-    pub fn set_node_rate(&mut self, l: usize, n: NodeId, rate: Rate) {
+    pub fn set_node_rate(&mut self, now: u64, l: usize, n: NodeId, rate: Rate) {
         let s = self.links[l].pipeline.scheduler_mut();
         let burst = s.burst(n);
-        s.set_rate(n, Some(rate), burst);
+        s.set_rate(now, n, Some(rate), burst);
     }
 
     /// Link `l`'s index and node `node`'s id in it, for the link that reads from port `from`.

@@ -273,7 +273,7 @@ impl Engine {
                 };
                 let sched = self.pipeline.scheduler_mut();
                 if sched.rate(node) != Some(rate) {
-                    sched.set_rate(node, Some(rate), self.burst);
+                    sched.set_rate(now, node, Some(rate), self.burst);
                     self.stats.rate_updates += 1;
                 }
             }
@@ -479,7 +479,7 @@ pub fn build(
                 });
             };
             let sched = pipeline.scheduler_mut();
-            sched.set_rate(node, Some(nba.rate(e, a)), cfg.burst);
+            sched.set_rate(0, node, Some(nba.rate(e, a)), cfg.burst);
             nodes.push(node);
         }
         let inputs = dispatchers

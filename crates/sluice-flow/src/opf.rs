@@ -1099,11 +1099,11 @@ impl OpfReceiver {
             .is_some_and(|c| c.rate.take().is_some())
     }
 
-    /// Install the flow's current rate limit (or its absence) in `sched` as the pacing rate of
-    /// flow key `flow` in `leaf`. False if the scheduler does not hold that flow (it has not
-    /// seen its packets yet, or reclaimed it): apply again when it does.
-    pub fn apply_rate(&self, sched: &mut Scheduler, leaf: NodeId, flow: u64) -> bool {
-        sched.set_flow_rate(leaf, flow, self.rate(flow))
+    /// Install the flow's current rate limit (or its absence) in `sched` at `now` as the
+    /// pacing rate of flow key `flow` in `leaf`. False if the scheduler does not hold that flow
+    /// (it has not seen its packets yet, or reclaimed it): apply again when it does.
+    pub fn apply_rate(&self, now: u64, sched: &mut Scheduler, leaf: NodeId, flow: u64) -> bool {
+        sched.set_flow_rate(now, leaf, flow, self.rate(flow))
     }
 
     /// Counters.

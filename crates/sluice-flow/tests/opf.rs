@@ -288,7 +288,7 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     );
     assert!(rx.is_paused(FLOW, t0 + opf.pause_ns() - 1));
     assert!(!rx.is_paused(FLOW, t0 + opf.pause_ns()));
-    assert!(rx.apply_rate(&mut sched, leaf, FLOW));
+    assert!(rx.apply_rate(t0, &mut sched, leaf, FLOW));
     assert!(sched.flow_next_release(leaf, FLOW).is_some());
     // Packets that come while the limit holds: the first passes its gate (due at once);
     // the others wait at it, behind the two of the flow's packets past it (1 and 2), none of
@@ -302,7 +302,7 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     // Lifting the limit removes the flow's gate; the packets waiting at it still leave first,
     // in order, and the flow's next packet after them.
     assert!(rx.lift(FLOW));
-    assert!(rx.apply_rate(&mut sched, leaf, FLOW));
+    assert!(rx.apply_rate(t0, &mut sched, leaf, FLOW));
     assert_eq!(sched.flow_next_release(leaf, FLOW), None);
     sched.enqueue(t0, &at(5)).unwrap();
     let mut now = t0;
@@ -314,7 +314,7 @@ fn congestion_pauses_and_paces_the_upstream_flow() {
     assert_eq!(order, [1, 2, 3, 4, 5]);
     // A flow the scheduler has not seen: reported, harmless.
     rx.add_flow(5);
-    assert!(!rx.apply_rate(&mut sched, leaf, 5));
+    assert!(!rx.apply_rate(now, &mut sched, leaf, 5));
 }
 
 /// A channel that can be plugged in from outside the crate.

@@ -1007,7 +1007,7 @@ mod tests {
         let root = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
         b.default_leaf(root);
         let mut s = b.build().unwrap();
-        s.set_rate(root, Some(Rate::mbit(1)), u64::MAX);
+        s.set_rate(0, root, Some(Rate::mbit(1)), u64::MAX);
         assert_eq!(
             s.burst(root),
             crate::config::MAX_SIZE,

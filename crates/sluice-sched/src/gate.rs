@@ -69,16 +69,19 @@ impl Gate {
         self.burst_bytes
     }
 
-    /// Change the rate from `now` on. Raised, what the gate still owes at `now` (its last
-    /// timestamp ahead of `now`: the packets it stamped that have not had their time yet) is
-    /// owed in bytes, and paid at the new rate. (Kept as a time, a packet in flight at a low
-    /// rate held the gate for its whole time at that rate after a raise: 7 s for 9000 B at 10
-    /// kbit/s raised to 10 Gbit/s.) Lowered, the gate keeps its last timestamp, and only what
-    /// it stamps from then on pays the new rate: `now` may lag the host's clock by as long as
-    /// the host slept waiting for the gate, and a debt counted from then and stretched at
-    /// each lowering took 3% off a 200 Mbit/s limit that two daemon engines share, whose
-    /// allocator moves their rates up and down. (Raised, the same lag errs by at most that
-    /// time, towards the new rate.) Release times already given keep their place.
+    /// Change the rate from `now` on: what the gate still owes at `now` (its last timestamp
+    /// ahead of `now`: the packets it stamped that have not had their time yet) is owed in
+    /// bytes, and paid at the new rate, raised or lowered, as a token bucket whose rate
+    /// changes would. (Kept as a time, a packet in flight at a low rate held the gate for its
+    /// whole time at that rate after a raise: 7 s for 9000 B at 10 kbit/s raised to 10 Gbit/s.
+    /// And kept as a time when lowered while paid in bytes when raised, the debt shrank at
+    /// each fall and rise: a gate at 1 Mbit/s let 815 B and then 64 B through within a
+    /// millisecond, lowered to 100 kbit/s and raised back meanwhile.) `now` is the host's
+    /// time: a `now` that lags it (a host that slept waiting for the gate) counts more owed,
+    /// and a lowering then stretches the excess too (it took 3% off a 200 Mbit/s limit that
+    /// two daemon engines share, whose allocator moves their rates up and down, when the
+    /// scheduler used the last time it had been given). Release times already given keep
+    /// their place.
     pub fn set_rate(&mut self, rate: Rate, now: u64) {
         // Hosts pass a flow's pacing rate with every packet: only a change costs a division.
         if rate == self.rate {
@@ -86,7 +89,7 @@ impl Gate {
         }
         let now_fp = u128::from(now) << 32;
         let lts = self.lts();
-        if lts > now_fp && rate > self.rate {
+        if lts > now_fp {
             // owed * old / new, in two steps that cannot overflow below a saturated result.
             let (owed, old, new) = (
                 lts - now_fp,
@@ -253,14 +256,18 @@ mod tests {
         // At 480 ms half is paid: 60 000 B owed, 48 us at 10 Gbit/s.
         g.set_rate(Rate::gbit(10), 480_000_000);
         assert_eq!(g.next_free(), 480_048_000);
-        // Lowered, it keeps what it owes as a time; what comes next pays the new rate.
+        // Lowered, the same 60 000 B: 480 ms at 1 Mbit/s. A fall and a rise at one time
+        // leave the debt as it was, in either order.
         g.set_rate(Rate::mbit(1), 480_000_000);
-        assert_eq!(g.next_free(), 480_048_000);
-        assert_eq!(g.stamp(480_000_000, 1500), 480_048_000);
-        assert_eq!(g.next_free(), 480_048_000 + 12_000_000);
+        assert_eq!(g.next_free(), 960_000_000);
+        g.set_rate(Rate::from_bps(100_000).unwrap(), 480_000_000);
+        g.set_rate(Rate::mbit(1), 480_000_000);
+        assert_eq!(g.next_free(), 960_000_000);
+        assert_eq!(g.stamp(480_000_000, 1500), 960_000_000);
+        assert_eq!(g.next_free(), 972_000_000);
         // Nothing owed: nothing changes but the rate.
         g.set_rate(Rate::gbit(1), 2_000_000_000);
-        assert_eq!(g.next_free(), 492_048_000);
+        assert_eq!(g.next_free(), 972_000_000);
         assert_eq!(g.stamp(2_000_000_000, 1500), 2_000_000_000);
         // The extremes: 4 GiB owed at 1 bit/s (beyond the end of time) is 8 ns at 2^62.
         let mut g = Gate::new(Rate::from_bps(1).unwrap(), 0);

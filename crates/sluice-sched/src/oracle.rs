@@ -589,7 +589,8 @@ impl OracleTree {
 
     /// Change a node's rate limit and burst, or remove it (same contract as
     /// [`crate::Scheduler::set_rate`]).
-    pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
+    pub fn set_rate(&mut self, now: u64, n: NodeId, rate: Option<Rate>, burst: u64) {
+        self.clock = self.clock.max(now);
         let gate = &mut self.nodes[n as usize].gate;
         *gate = rate.map(|r| match *gate {
             Some(mut g) => {
@@ -676,7 +677,8 @@ impl OracleTree {
     /// Change the pacing rate of flow `key` in `leaf` (same contract as
     /// [`crate::Scheduler::set_flow_rate`]): a new gate gets the leaf's flow burst, an
     /// existing one keeps its own.
-    pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+    pub fn set_flow_rate(&mut self, now: u64, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+        self.clock = self.clock.max(now);
         let Some(&id) = self.by_key.get(&(key, leaf)) else {
             return false;
         };

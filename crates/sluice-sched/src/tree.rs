@@ -1359,12 +1359,14 @@ impl Scheduler {
     }
 
     /// Change a node's rate limit (`None` removes it) and burst (at most
-    /// [`crate::config::MAX_SIZE`], as in a policy file), at run time, from the latest
-    /// `now` passed to `enqueue` or `dequeue` ([`Gate::set_rate`]: raised, what the gate still
-    /// owes is paid at the new rate). Packets waiting at the gate keep their place: they pass
-    /// when the one in the shaper is released (stamped at the new rate, or at once without
-    /// one), and packets that arrive meanwhile wait behind them.
-    pub fn set_rate(&mut self, n: NodeId, rate: Option<Rate>, burst: u64) {
+    /// [`crate::config::MAX_SIZE`], as in a policy file), at run time, at `now` (the host's
+    /// time, as for `enqueue` and `dequeue`; it must not go backwards): what the gate still
+    /// owes then is paid at the new rate ([`Gate::set_rate`]). Packets waiting at the gate keep
+    /// their place: they pass when the one in the shaper is released, at the time it was
+    /// given (those after it are stamped at the new rate, or pass at once without one), and
+    /// packets that arrive meanwhile wait behind them.
+    pub fn set_rate(&mut self, now: u64, n: NodeId, rate: Option<Rate>, burst: u64) {
+        self.clock = self.clock.max(now);
         let burst = burst.min(crate::config::MAX_SIZE);
         let node = &mut self.nodes[n as usize];
         node.gate = match (node.gate, rate) {
@@ -1470,11 +1472,13 @@ impl Scheduler {
         }
     }
 
-    /// Change the pacing rate of the flow `key` in leaf `leaf` (`None` removes it); false if no
-    /// such flow. The leaf's `flow_rate` still caps it ([`capped`]), and is what is left when
-    /// it is removed. As with [`Scheduler::set_rate`], the flow's packets waiting at its gate
-    /// keep their order and its next packets wait behind them.
-    pub fn set_flow_rate(&mut self, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+    /// Change the pacing rate of the flow `key` in leaf `leaf` (`None` removes it) at `now`;
+    /// false if no such flow. The leaf's `flow_rate` still caps it ([`capped`]), and is what is
+    /// left when it is removed. As with [`Scheduler::set_rate`], what the gate owes is paid at
+    /// the new rate, the flow's packets waiting at its gate keep their order and its next
+    /// packets wait behind them.
+    pub fn set_flow_rate(&mut self, now: u64, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+        self.clock = self.clock.max(now);
         let Some(id) = self.flows.find(key, leaf) else {
             return false;
         };

@@ -426,8 +426,8 @@ fn run(
                 burst,
             } => {
                 let n = (node % fast.node_count()) as NodeId;
-                fast.set_rate(n, rate_kbit.map(kbit), burst);
-                slow.set_rate(n, rate_kbit.map(kbit), burst);
+                fast.set_rate(now, n, rate_kbit.map(kbit), burst);
+                slow.set_rate(now, n, rate_kbit.map(kbit), burst);
             }
             Op::SetWeight { node, weight } => {
                 let n = (node % fast.node_count()) as NodeId;
@@ -452,8 +452,8 @@ fn run(
                 if let Some(leaf) = fast.classify(&probe) {
                     let r = rate_kbit.map(kbit);
                     let (a, o) = (
-                        fast.set_flow_rate(leaf, flow, r),
-                        slow.set_flow_rate(leaf, flow, r),
+                        fast.set_flow_rate(now, leaf, flow, r),
+                        slow.set_flow_rate(now, leaf, flow, r),
                     );
                     prop_assert_eq!(a, o, "step {}: set_flow_rate", step);
                 }

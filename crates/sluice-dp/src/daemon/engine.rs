@@ -112,8 +112,9 @@ impl Engine {
                     let _ = reply.send(bytes);
                 }
                 Internal::Rates(rates) => {
+                    let now = now_ns();
                     for (l, n, rate) in rates {
-                        self.datapath.set_node_rate(l, n, rate);
+                        self.datapath.set_node_rate(now, l, n, rate);
                     }
                 }
             }
@@ -138,7 +139,9 @@ impl Engine {
                     parse_rate(&rate),
                     burst.as_deref().map_or(Ok(0), parse_burst),
                 ) {
-                    (Ok(rate), Ok(burst)) => self.datapath.set_rate(&link, &node, rate, burst),
+                    (Ok(rate), Ok(burst)) => {
+                        self.datapath.set_rate(now_ns(), &link, &node, rate, burst)
+                    }
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 }
             }

@@ -128,16 +128,18 @@ fn slow_gate(flow_gate: bool) -> (Scheduler, NodeId) {
 }
 
 /// A packet that waits beyond the horizon keeps the release time it was given when its gate's
-/// rate changes, as every release given does ([`Gate::set_rate`]), and the packets after it
-/// pay the new rate. (Lowered to 500 bit/s, a flow's gate let its packet due 12 s later go
-/// at the horizon's end, 1 ms after the one before: the gate took the packet's time from its
-/// rate, which had changed.)
+/// rate changes, as every release given does, and what the gate owes is paid at the new rate
+/// ([`Gate::set_rate`]). (Lowered to 500 bit/s, a flow's gate let its packet due 12 s later
+/// go at the horizon's end, 1 ms after the one before: the gate took the packet's time from
+/// its rate, which had changed.)
 #[test]
 fn a_release_beyond_the_horizon_keeps_its_time_when_the_rate_changes() {
     const SLOT: u64 = 1024;
     for flow_gate in [true, false] {
-        // The new rate and the time 1500 B take at it.
-        for (bps, gap) in [(500, 24_000 * MS), (1_000_000_000, 12_000)] {
+        // The new rate, and the time from the second packet to the third: at the change, the
+        // gate owes 3000 B (the first packet's and the second's), 48 s at 500 bit/s; raised to
+        // 1 Gbit/s, 1500 B after the second leaves.
+        for (bps, gap) in [(500, 36_000 * MS), (1_000_000_000, 12_000)] {
             let (mut s, n) = slow_gate(flow_gate);
             for t in 0..3 {
                 let mut p = packet(t, 1500);
@@ -149,9 +151,9 @@ fn a_release_beyond_the_horizon_keeps_its_time_when_the_rate_changes() {
             assert_eq!(s.dequeue(START).map(|d| d.token), Some(0));
             let rate = Rate::from_bps(bps).expect("a rate");
             if flow_gate {
-                assert!(s.set_flow_rate(n, 1, Some(rate)));
+                assert!(s.set_flow_rate(START, n, 1, Some(rate)));
             } else {
-                s.set_rate(n, Some(rate), 0);
+                s.set_rate(START, n, Some(rate), 0);
             }
             let mut now = START;
             let mut sent = Vec::new();
