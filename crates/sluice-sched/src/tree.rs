@@ -702,9 +702,10 @@ impl Scheduler {
 
     /// [`Scheduler::park`] without counting: the item is filed until `at`, or until the
     /// horizon's end if that comes first (then true) in a [`Far`] record that keeps `at`,
-    /// where [`Scheduler::unpark`] files it again until `at` comes. (Released at the horizon's end, as before, a packet that takes
-    /// longer than the horizon at its gate's rate broke the rate: 124 Mbit/s through a 100
-    /// Mbit/s node with 65 000 B frames and a 4 ms horizon.)
+    /// where [`Scheduler::unpark`] files it again until `at` comes. (Released at the
+    /// horizon's end, as before, a packet that takes longer than the horizon at its gate's
+    /// rate broke the rate: 124 Mbit/s through a 100 Mbit/s node with 65 000 B frames and a
+    /// 4 ms horizon.)
     fn file(&mut self, at: u64, now: u64, item: u32) -> bool {
         // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
         // ([`Horizon::latest`]).
