@@ -151,12 +151,10 @@ fn bytes_by<K: std::hash::Hash + Eq>(
     m
 }
 
-/// A `policy` root over one FIFO class per weight, each class backlogged by one flow of
-/// packets of its size in `sizes`, for 200 ms at 10 Gbit/s: every class's share of the bytes is
-/// within 1% of its share of the weights.
-fn assert_weighted_shares(policy: PolicyKind, weights: &[u32], sizes: &[u32]) {
-    let mut b = TreeBuilder::new(cfg(10_000));
-    let root = b.root(NodeSpec::new("root", policy));
+/// `root` over one FIFO class per weight (class `k` has the `k`th), holding `capacity` packets.
+fn weighted_classes(root: NodeSpec, weights: &[u32], capacity: usize) -> Scheduler {
+    let mut b = TreeBuilder::new(cfg(capacity));
+    let root = b.root(root);
     for (i, &w) in weights.iter().enumerate() {
         let leaf = b.child(
             root,
@@ -164,7 +162,14 @@ fn assert_weighted_shares(policy: PolicyKind, weights: &[u32], sizes: &[u32]) {
         );
         b.rule(vec![Match::Class(i as u32)], leaf);
     }
-    let mut s = b.build().unwrap();
+    b.build().unwrap()
+}
+
+/// A `policy` root over one FIFO class per weight, each class backlogged by one flow of
+/// packets of its size in `sizes`, for 200 ms at 10 Gbit/s: every class's share of the bytes is
+/// within 1% of its share of the weights.
+fn assert_weighted_shares(policy: PolicyKind, weights: &[u32], sizes: &[u32]) {
+    let mut s = weighted_classes(NodeSpec::new("root", policy), weights, 10_000);
     let flows: Vec<(u64, u32, u32)> = (0..weights.len())
         .map(|i| (i as u64, i as u32, sizes[i]))
         .collect();
@@ -196,16 +201,7 @@ fn through_weighted_classes(
         buckets: None,
         granularity: None,
     };
-    let mut b = TreeBuilder::new(cfg(1000));
-    let root = b.root(NodeSpec::new("root", policy).queue(heap));
-    for (i, &w) in weights.iter().enumerate() {
-        let leaf = b.child(
-            root,
-            NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo).weight(w),
-        );
-        b.rule(vec![Match::Class(i as u32)], leaf);
-    }
-    let mut s = b.build().unwrap();
+    let mut s = weighted_classes(NodeSpec::new("root", policy).queue(heap), weights, 1000);
     let mut queued = vec![0u32; weights.len()];
     let backlogged = |queued: &[u32]| {
         (0..queued.len())
