@@ -240,15 +240,17 @@ proptest! {
     /// Start-time fair queuing's fairness bound (Goyal, Vin and Cheng, 1996): over any
     /// stretch in which two classes both have packets waiting, the bytes each is served,
     /// divided by its weight, differ by at most the largest packet of each divided by its
-    /// weight. Checked with whole packets counted at both ends of a stretch (so against twice
+    /// weight. For WFQ, and for hClock's and HTB's shares (no reservation, rate or ceiling
+    /// here). Checked with whole packets counted at both ends of a stretch (so against twice
     /// the bound), on random weights, sizes and arrivals, without the oracle, which shares the
-    /// policy's virtual time.
+    /// policies' virtual time.
     #[test]
-    fn wfq_keeps_its_fairness_bound_between_any_two_backlogged_classes(
+    fn weighted_shares_keep_the_fairness_bound_between_any_two_backlogged_classes(
+        policy in prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Htb]),
         weights in prop::collection::vec(1u32..16, 2..5),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
     ) {
-        let deps = through_weighted_classes(PolicyKind::Wfq, &weights, &arrivals);
+        let deps = through_weighted_classes(policy, &weights, &arrivals);
         prop_assert_eq!(deps.len(), arrivals.len());
         let lmax = |k: usize| {
             deps.iter().filter(|d| d.0 == k).map(|d| d.1).max().unwrap_or(0)
@@ -275,9 +277,9 @@ proptest! {
                     (lo, hi) = (lo.min(run), hi.max(run));
                     prop_assert!(
                         hi - lo <= bound + 1e-9,
-                        "classes {} and {} (weights {:?}): {:.1} apart at departure {}, \
+                        "{:?}, classes {} and {} (weights {:?}): {:.1} apart at departure {}, \
                          bound {:.1}",
-                        f, m, weights, hi - lo, i, bound
+                        policy, f, m, weights, hi - lo, i, bound
                     );
                 }
             }
