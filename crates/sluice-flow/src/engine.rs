@@ -479,6 +479,7 @@ pub fn build(
                 });
             };
             let sched = pipeline.scheduler_mut();
+            // Before any packet: the gate owes nothing, so any time will do.
             sched.set_rate(0, node, Some(nba.rate(e, a)), cfg.burst);
             nodes.push(node);
         }
