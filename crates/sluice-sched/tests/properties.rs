@@ -374,14 +374,14 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// hClock's reservations (mClock's, Gulati et al., 2010): over any stretch in which a
-    /// class with a reservation has packets waiting, it is served at least its reservation
+    /// hClock's reservations (mClock's, Gulati et al., 2010) and HTB's rates: over any
+    /// stretch in which a class with one has packets waiting, it is served at least that rate
     /// times the stretch, less `SLACK` (a packet of its own and one of another class that
-    /// held the link). Reservations add up to at most 800 Mbit/s of the 1 Gbit/s link; the
-    /// traffic overloads it, on random weights, sizes and arrivals; checked without the
-    /// oracle.
+    /// held the link). They add up to at most 800 Mbit/s of the 1 Gbit/s link; the traffic
+    /// overloads it, on random weights, sizes and arrivals; checked without the oracle.
     #[test]
-    fn hclock_serves_every_backlogged_reservation_over_any_stretch(
+    fn every_backlogged_guaranteed_rate_is_served_over_any_stretch(
+        policy in prop::sample::select(vec![PolicyKind::HClock, PolicyKind::Htb]),
         classes in prop::collection::vec((1u32..8, 0u64..=4), 2..5),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
     ) {
@@ -398,7 +398,7 @@ proptest! {
                 }
             })
             .collect();
-        let root = NodeSpec::new("root", PolicyKind::HClock).queue(HEAP);
+        let root = NodeSpec::new("root", policy).queue(HEAP);
         let s = over_classes(root, specs, 1000);
         let deps = through_classes(s, classes.len(), &arrivals);
         prop_assert_eq!(deps.len(), arrivals.len());
@@ -419,8 +419,8 @@ proptest! {
                 let most = best.map_or(ahead, |b| b.max(ahead));
                 prop_assert!(
                     ahead >= most - SLACK,
-                    "class {} ({} bit/s of {:?}): {:.0} B behind at {} ns",
-                    k, bps(k), classes, most - ahead, d.at - S
+                    "{:?}, class {} ({} bit/s of {:?}): {:.0} B behind at {} ns",
+                    policy, k, bps(k), classes, most - ahead, d.at - S
                 );
                 best = Some(most);
             }
