@@ -1692,7 +1692,7 @@ type RateFrom = (u64, u64);
 
 /// The fastest rate in force at any time from `from` to `to`, by a `schedule` of changes (time,
 /// bit/s) in order, the first at or before `from`.
-fn fastest(schedule: &[(u64, u64)], from: u64, to: u64) -> u64 {
+fn fastest(schedule: &[RateFrom], from: u64, to: u64) -> u64 {
     let start = schedule.iter().rposition(|&(t, _)| t <= from).unwrap_or(0);
     schedule[start..]
         .iter()
@@ -1740,7 +1740,7 @@ fn through_one_gate(
     events.sort_by_key(|e| e.0);
     let mut schedule = vec![(0, RATES[first])];
     let (mut current, mut now, mut token, mut sent) = (first, S, 0, Vec::new());
-    let drain = |s: &mut Scheduler, now: &mut u64, until: u64, sent: &mut Vec<(u64, u32)>| loop {
+    let drain = |s: &mut Scheduler, now: &mut u64, until: u64, sent: &mut Vec<Sent>| loop {
         if let Some(d) = s.dequeue(*now) {
             sent.push((*now, d.len));
             continue;
@@ -1779,7 +1779,7 @@ fn through_one_gate(
 
 /// The first pair of consecutive departures closer together than the fastest rate in force
 /// between them allows, less the shaper's slot (and a ns of rounding either way).
-fn too_close(sent: &[(u64, u32)], schedule: &[(u64, u64)]) -> Option<String> {
+fn too_close(sent: &[Sent], schedule: &[RateFrom]) -> Option<String> {
     sent.windows(2).find_map(|w| {
         let ((from, len), (to, _)) = (w[0], w[1]);
         let bps = fastest(schedule, from, to);
