@@ -90,17 +90,8 @@ impl Gate {
         let now_fp = u128::from(now) << 32;
         let lts = self.lts();
         if lts > now_fp {
-            // owed * old / new, in two steps that cannot overflow below a saturated result.
-            let (owed, old, new) = (
-                lts - now_fp,
-                u128::from(self.rate.bps()),
-                u128::from(rate.bps()),
-            );
-            let scaled = (owed / new)
-                .checked_mul(old)
-                .and_then(|q| q.checked_add(owed % new * old / new))
-                .unwrap_or(u128::MAX >> 1);
-            self.set_lts(now_fp.saturating_add(scaled).min(u128::MAX >> 1));
+            let owed = self.rate.retime(lts - now_fp, rate);
+            self.set_lts(now_fp.saturating_add(owed).min(u128::MAX >> 1));
         }
         self.rate = rate;
         self.per_byte = rate.per_byte();

@@ -612,32 +612,35 @@ impl OracleTree {
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let changed = self
-            .cfg_of(n)
-            .map(|c| std::mem::replace(&mut c.weight, weight) != weight);
-        if changed == Some(true) {
-            self.reconfigured(n);
+        let Some(cfg) = self.cfg_of(n) else {
+            return false;
+        };
+        if std::mem::replace(&mut cfg.weight, weight) != weight {
+            let was = cfg.reservation;
+            self.reconfigured(n, was, self.clock);
         }
-        changed.is_some()
+        true
     }
 
-    /// Change a node's reservation in its parent, or a root leaf's flows' (same contract as
-    /// [`crate::Scheduler::set_reservation`]).
-    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
+    /// Change a node's reservation in its parent, or a root leaf's flows', at `now` (same
+    /// contract as [`crate::Scheduler::set_reservation`]).
+    pub fn set_reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
+        self.clock = self.clock.max(now);
+        let Some(cfg) = self.cfg_of(n) else {
+            return false;
+        };
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let changed = self
-            .cfg_of(n)
-            .map(|c| std::mem::replace(&mut c.reservation, rate) != rate);
-        if changed == Some(true) {
-            self.reconfigured(n);
+        let was = std::mem::replace(&mut cfg.reservation, rate);
+        if was != rate {
+            self.reconfigured(n, was, self.clock);
         }
-        changed.is_some()
+        true
     }
 
     /// Re-rank node `n` in its parent, or a root leaf's flows, after its configuration
-    /// changed, as the policy says.
-    fn reconfigured(&mut self, n: NodeId) {
+    /// changed at `now` (`was`: its reservation before), as the policy says.
+    fn reconfigured(&mut self, n: NodeId, was: Option<Rate>, now: u64) {
         let (by, slot) = match self.nodes[n as usize].parent {
             Some(p) => (p, self.nodes[n as usize].slot as usize),
             None => (n, 0),
@@ -654,7 +657,7 @@ impl OracleTree {
             vec![(slot as u32, &mut node.members[slot])]
         };
         for (item, m) in members {
-            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, &cfg) {
+            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, was, &cfg, now) {
                 if m.available > 0 {
                     put(&mut node.pifos, m, ranks, item, false);
                 }

@@ -1405,36 +1405,42 @@ impl Scheduler {
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let changed = self
-            .member_cfg_mut(n)
-            .map(|c| std::mem::replace(&mut c.weight, weight) != weight);
-        if changed == Some(true) {
-            self.reconfigured(n);
+        let Some(cfg) = self.member_cfg_mut(n) else {
+            return false;
+        };
+        if std::mem::replace(&mut cfg.weight, weight) != weight {
+            // The reservation is as it was: the time is not used.
+            let was = cfg.reservation;
+            self.reconfigured(n, was, self.clock);
         }
-        changed.is_some()
+        true
     }
 
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
-    /// time; on a root that is a leaf, its flows'. False, and nothing changed, for an internal
-    /// root. The reservation queue's window was sized for the slowest reservation the node was
-    /// built with; a slower one can put tags past it, where they are filed at its edge and
-    /// ordered approximately ([`SchedStats::ranks_clamped`] counts them).
-    pub fn set_reservation(&mut self, n: NodeId, rate: Option<Rate>) -> bool {
+    /// time `now`; on a root that is a leaf, its flows'. False, and nothing changed, for an
+    /// internal root. It holds from `now`: service the node had ahead of the old reservation
+    /// is paid at the new one, and a new reservation claims nothing from before `now`. The
+    /// reservation queue's window was sized for the slowest reservation the node was built
+    /// with; a slower one can put tags past it, where they are filed at its edge and ordered
+    /// approximately ([`SchedStats::ranks_clamped`] counts them).
+    pub fn set_reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
+        self.clock = self.clock.max(now);
+        let Some(cfg) = self.member_cfg_mut(n) else {
+            return false;
+        };
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let changed = self
-            .member_cfg_mut(n)
-            .map(|c| std::mem::replace(&mut c.reservation, rate) != rate);
-        if changed == Some(true) {
-            self.reconfigured(n);
+        let was = std::mem::replace(&mut cfg.reservation, rate);
+        if was != rate {
+            self.reconfigured(n, was, self.clock);
         }
-        changed.is_some()
+        true
     }
 
-    /// Node `n`'s configuration as a member changed (its weight or reservation, or for a
-    /// root leaf its flows'): re-rank it, or every flow of the leaf, as the policy says
-    /// ([`Policy::reconfigured`]). O(flows in the table) for a leaf.
-    fn reconfigured(&mut self, n: NodeId) {
+    /// Node `n`'s configuration as a member changed at `now` (its weight or reservation,
+    /// `was` before, or for a root leaf its flows'): re-rank it, or every flow of the leaf, as
+    /// the policy says ([`Policy::reconfigured`]). O(flows in the table) for a leaf.
+    fn reconfigured(&mut self, n: NodeId, was: Option<Rate>, now: u64) {
         let (ranked_by, slot) = match self.nodes[n as usize].parent {
             Some(p) => (p, self.nodes[n as usize].slot as usize),
             None => (n, 0),
@@ -1442,7 +1448,7 @@ impl Scheduler {
         let node = &mut self.nodes[ranked_by as usize];
         let cfg = &node.member_cfg[slot];
         let mut move_one = |m: &mut Member, item: u32| {
-            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, cfg) {
+            if let Some(ranks) = node.policy.reconfigured(&mut m.tags, was, cfg, now) {
                 if m.available > 0 {
                     place(&mut node.queues, &mut node.first_seen, m, ranks, item, None);
                 }

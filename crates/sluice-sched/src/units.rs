@@ -146,6 +146,18 @@ impl Rate {
         ((u128::from(len) * u128::from(per_byte)) << 1) >> self.log2()
     }
 
+    /// A time `fp` (32.32 fixed-point ns) that this rate takes to send some bytes, as the time
+    /// `to` takes to send them: `fp * self / to`, rounded down, saturated at `u128::MAX >> 1`
+    /// (what a rate changed at run time still owes, paid at the new rate).
+    pub fn retime(self, fp: u128, to: Rate) -> u128 {
+        // In two steps that cannot overflow below a saturated result.
+        let (old, new) = (u128::from(self.bps()), u128::from(to.bps()));
+        (fp / new)
+            .checked_mul(old)
+            .and_then(|q| q.checked_add(fp % new * old / new))
+            .map_or(u128::MAX >> 1, |t| t.min(u128::MAX >> 1))
+    }
+
     /// Time to send `bytes` at this rate, in whole nanoseconds (rounded down; `u64::MAX` for
     /// a time beyond it, 4 GB at 1 bit/s).
     pub fn tx_time_ns(self, bytes: u64) -> u64 {
@@ -468,6 +480,29 @@ pub fn parse_duration(text: &str) -> Result<u64, UnitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_is_retimed_for_the_same_bytes_at_another_rate() {
+        let (slow, fast) = (Rate::mbit(1), Rate::mbit(10));
+        // 1500 B: 12 ms at 1 Mbit/s, 1.2 ms at 10 Mbit/s, either way, with its fraction.
+        assert_eq!(
+            slow.retime(slow.tx_time_fp(1500), fast),
+            fast.tx_time_fp(1500)
+        );
+        assert_eq!(
+            fast.retime(fast.tx_time_fp(1500), slow),
+            slow.tx_time_fp(1500)
+        );
+        assert_eq!(slow.retime(3 << 31, fast), (3 << 31) / 10);
+        assert_eq!(fast.retime(12345, fast), 12345);
+        // Saturated, not wrapped: the most a time can be, from 1 bit/s to the fastest rate.
+        let (one, top) = (Rate::new(1).unwrap(), Rate::new(u64::MAX >> 1).unwrap());
+        assert_eq!(top.retime(u128::MAX >> 1, one), u128::MAX >> 1);
+        assert_eq!(
+            one.retime(u128::MAX >> 1, top),
+            (u128::MAX >> 1) / (u128::MAX >> 65)
+        );
+    }
 
     #[test]
     fn rates_parse_in_human_units() {

@@ -437,7 +437,10 @@ fn run(
             Op::SetReservation { node, rate_kbit } => {
                 let n = (node % fast.node_count()) as NodeId;
                 let r = rate_kbit.map(kbit);
-                let (a, o) = (fast.set_reservation(n, r), slow.set_reservation(n, r));
+                let (a, o) = (
+                    fast.set_reservation(now, n, r),
+                    slow.set_reservation(now, n, r),
+                );
                 prop_assert_eq!(a, o, "step {}: set_reservation", step);
             }
             Op::SetFlowRate {

@@ -335,10 +335,17 @@ pub trait Policy: fmt::Debug + Send {
         false
     }
 
-    /// Per member: its weight or reservation (`cfg`, as it is now) was changed at run time.
-    /// Its new ranks if the change moves it (the scheduler then moves it in every queue if it
-    /// has packets available); `None` leaves it where it is.
-    fn reconfigured(&self, _tags: &mut Tags, _cfg: &MemberCfg) -> Option<[Rank; 2]> {
+    /// Per member: its weight or reservation (`cfg`, as it is now; `was`, the reservation it
+    /// had) was changed at run time, at `now`. Its new ranks if the change moves it (the
+    /// scheduler then moves it in every queue if it has packets available); `None` leaves it
+    /// where it is.
+    fn reconfigured(
+        &self,
+        _tags: &mut Tags,
+        _was: Option<Rate>,
+        _cfg: &MemberCfg,
+        _now: u64,
+    ) -> Option<[Rank; 2]> {
         None
     }
 
@@ -598,8 +605,14 @@ impl Policy for AnyPolicy {
     fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
         with_policy!(self, p => p.shifted(tags, cfg, d))
     }
-    fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
-        with_policy!(self, p => p.reconfigured(tags, cfg))
+    fn reconfigured(
+        &self,
+        tags: &mut Tags,
+        was: Option<Rate>,
+        cfg: &MemberCfg,
+        now: u64,
+    ) -> Option<[Rank; 2]> {
+        with_policy!(self, p => p.reconfigured(tags, was, cfg, now))
     }
     fn owes(&self, tags: &Tags, cfg: &MemberCfg) -> bool {
         with_policy!(self, p => p.owes(tags, cfg))

@@ -83,24 +83,15 @@ impl Rls {
     /// hours once others came (Linux HTB charges borrowed bytes to the lender, not to the
     /// class's rate), and a tiny rate's tag overflowed. A reservation served when due (`a <=
     /// now`, all of hClock's) is charged in full.
-    ///
-    /// A member without a reservation keeps its tag at the time it was last served, so that a
-    /// reservation given to it at run time (`set_reservation`) starts from then: before, the
-    /// tag was the time the member became backlogged, and a member backlogged for 2 s took
-    /// the whole link for 0.86 s to "catch up" on a reservation it never had.
     fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>, reservation_too: bool) {
         let sent = s.sent;
-        match (cfg.reservation, reservation_too) {
-            (Some(res), true) => {
-                let (a, frac) = if tags.a > s.now {
-                    (s.now, 0)
-                } else {
-                    (tags.a, tags.c)
-                };
-                (tags.a, tags.c) = advance(a, frac, res, sent.len);
-            }
-            (Some(_), false) => {}
-            (None, _) => catch_up(tags, s.now),
+        if let (Some(res), true) = (cfg.reservation, reservation_too) {
+            let (a, frac) = if tags.a > s.now {
+                (s.now, 0)
+            } else {
+                (tags.a, tags.c)
+            };
+            (tags.a, tags.c) = advance(a, frac, res, sent.len);
         }
         if s.from == 1 {
             self.clock.start(tags.b);
@@ -114,15 +105,43 @@ impl Rls {
         }
     }
 
-    /// A member's weight or reservation changed: the share service it was charged beyond its
-    /// weighted share is forgiven, its share tags brought back to the virtual time if they
-    /// ran ahead. A reservation is a floor, so all a reserved member sends counts against its
-    /// share, and while the reservation gives it more than its share its share tags run ahead
-    /// of the others' without bound. Kept after the reservation went (or its weight rose),
-    /// that lead held it for twice as long as the reservation had been in force: removed
-    /// after 2 s, a 300 Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s.
-    fn forgive(&self, tags: &mut Tags, cfg: &MemberCfg) -> [Rank; 2] {
+    /// A member's weight or reservation changed at `now` (`was`: the reservation it had).
+    ///
+    /// The share service it was charged beyond its weighted share is forgiven, its share tags
+    /// brought back to the virtual time if they ran ahead. A reservation is a floor, so all a
+    /// reserved member sends counts against its share, and while the reservation gives it
+    /// more than its share its share tags run ahead of the others' without bound. Kept after
+    /// the reservation went (or its weight rose), that lead held it for twice as long as the
+    /// reservation had been in force: removed after 2 s, a 300 Mbit/s reservation left its
+    /// member 3 Mbit/s of its 100 for 4 s.
+    ///
+    /// A reservation tag ahead of `now` (the time the member was served ahead of its
+    /// reservation, at most a packet's) is owed in bytes and paid at the new reservation, as
+    /// a gate's debt ([`crate::gate::Gate::set_rate`]); one behind `now` keeps its time. Kept
+    /// as a time, a 1500 B packet served at 10 kbit/s held the tag 1.2 s ahead, and a
+    /// reservation raised to 500 Mbit/s gave nothing until then. A reservation removed is
+    /// forgotten, and one given to a member that had none starts at `now`: it claims no
+    /// service from before (dated from when the member became backlogged, 2 s before, it took
+    /// the whole link for 0.86 s to catch up on a reservation it never had).
+    fn reconfigured(
+        &self,
+        tags: &mut Tags,
+        was: Option<Rate>,
+        cfg: &MemberCfg,
+        now: u64,
+    ) -> [Rank; 2] {
         tags.b = tags.b.min(self.clock.v);
+        match (was, cfg.reservation) {
+            (Some(old), Some(new)) if tags.a > now => {
+                let ahead = (u128::from(tags.a - now) << 32) + u128::from(tags.c);
+                let ahead = old.retime(ahead, new);
+                tags.a = now.saturating_add(u64::try_from(ahead >> 32).unwrap_or(u64::MAX));
+                tags.c = ahead as u64 & FRACTION;
+            }
+            (None, Some(_)) => catch_up(tags, now),
+            (Some(_), None) => (tags.a, tags.c) = (now, 0),
+            _ => {}
+        }
         Self::ranks(tags, cfg)
     }
 
@@ -185,8 +204,14 @@ macro_rules! rls_common {
         fn shifted(&self, tags: &mut Tags, cfg: &MemberCfg, d: u64) -> [Rank; 2] {
             Rls::shifted(tags, cfg, d)
         }
-        fn reconfigured(&self, tags: &mut Tags, cfg: &MemberCfg) -> Option<[Rank; 2]> {
-            Some(self.0.forgive(tags, cfg))
+        fn reconfigured(
+            &self,
+            tags: &mut Tags,
+            was: Option<Rate>,
+            cfg: &MemberCfg,
+            now: u64,
+        ) -> Option<[Rank; 2]> {
+            Some(self.0.reconfigured(tags, was, cfg, now))
         }
     };
 }
