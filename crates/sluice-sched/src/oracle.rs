@@ -615,9 +615,10 @@ impl OracleTree {
         let Some(cfg) = self.cfg_of(n) else {
             return false;
         };
-        if std::mem::replace(&mut cfg.weight, weight) != weight {
-            let was = cfg.reservation;
-            self.reconfigured(n, was, self.clock);
+        let was = *cfg;
+        cfg.weight = weight;
+        if was.weight != weight {
+            self.reconfigured(n, &was, self.clock);
         }
         true
     }
@@ -631,16 +632,17 @@ impl OracleTree {
         };
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let was = std::mem::replace(&mut cfg.reservation, rate);
-        if was != rate {
-            self.reconfigured(n, was, self.clock);
+        let was = *cfg;
+        cfg.reservation = rate;
+        if was.reservation != rate {
+            self.reconfigured(n, &was, self.clock);
         }
         true
     }
 
     /// Re-rank node `n` in its parent, or a root leaf's flows, after its configuration
-    /// changed at `now` (`was`: its reservation before), as the policy says.
-    fn reconfigured(&mut self, n: NodeId, was: Option<Rate>, now: u64) {
+    /// changed at `now` from `was`, as the policy says.
+    fn reconfigured(&mut self, n: NodeId, was: &MemberCfg, now: u64) {
         let (by, slot) = match self.nodes[n as usize].parent {
             Some(p) => (p, self.nodes[n as usize].slot as usize),
             None => (n, 0),

@@ -1408,10 +1408,10 @@ impl Scheduler {
         let Some(cfg) = self.member_cfg_mut(n) else {
             return false;
         };
-        if std::mem::replace(&mut cfg.weight, weight) != weight {
-            // The reservation is as it was: the time is not used.
-            let was = cfg.reservation;
-            self.reconfigured(n, was, self.clock);
+        let was = *cfg;
+        cfg.weight = weight;
+        if was.weight != weight {
+            self.reconfigured(n, &was, self.clock);
         }
         true
     }
@@ -1430,17 +1430,18 @@ impl Scheduler {
         };
         // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
         // member a fifth more than its reservation.
-        let was = std::mem::replace(&mut cfg.reservation, rate);
-        if was != rate {
-            self.reconfigured(n, was, self.clock);
+        let was = *cfg;
+        cfg.reservation = rate;
+        if was.reservation != rate {
+            self.reconfigured(n, &was, self.clock);
         }
         true
     }
 
-    /// Node `n`'s configuration as a member changed at `now` (its weight or reservation,
-    /// `was` before, or for a root leaf its flows'): re-rank it, or every flow of the leaf, as
+    /// Node `n`'s configuration as a member changed at `now` from `was` (its weight or
+    /// reservation, or for a root leaf its flows'): re-rank it, or every flow of the leaf, as
     /// the policy says ([`Policy::reconfigured`]). O(flows in the table) for a leaf.
-    fn reconfigured(&mut self, n: NodeId, was: Option<Rate>, now: u64) {
+    fn reconfigured(&mut self, n: NodeId, was: &MemberCfg, now: u64) {
         let (ranked_by, slot) = match self.nodes[n as usize].parent {
             Some(p) => (p, self.nodes[n as usize].slot as usize),
             None => (n, 0),

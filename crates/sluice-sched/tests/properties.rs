@@ -460,7 +460,7 @@ proptest! {
     /// shares the policies' reaction to a change).
     #[test]
     fn guarantees_and_shares_hold_from_a_change_at_run_time(
-        policy in prop::sample::select(vec![PolicyKind::HClock, PolicyKind::Htb]),
+        policy in prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Htb]),
         classes in prop::collection::vec((1u32..8, 0u64..=4), 2..5),
         change in (0usize..300, 0usize..4, 1u32..8, 0u64..=4),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
@@ -468,9 +468,11 @@ proptest! {
         const SLACK: f64 = 3000.0;
         let (when, changed, weight, units) = change;
         let changed = changed % classes.len();
-        let before: Vec<(u32, u64)> = classes.clone();
-        let mut after = classes.clone();
-        after[changed] = (weight, units);
+        // WFQ has weights only.
+        let reserves = |units: u64| if policy == PolicyKind::Wfq { 0 } else { units };
+        let before: Vec<(u32, u64)> = classes.iter().map(|&(w, u)| (w, reserves(u))).collect();
+        let mut after = before.clone();
+        after[changed] = (weight, reserves(units));
         // Reservations in units of 50 Mbit/s, scaled down to fit 800 Mbit/s before and after.
         let total = |c: &[(u32, u64)]| c.iter().map(|c| c.1).sum::<u64>();
         let scale = total(&before).max(total(&after)).max(16);
@@ -498,6 +500,11 @@ proptest! {
         });
         prop_assert_eq!(deps.len(), arrivals.len());
         let changed_at = changed_at.expect("changed before an arrival");
+        // The largest packets before the change too: the last one sent before it may set
+        // where a class starts after it.
+        let lmax = |k: usize| {
+            deps.iter().filter(|d| d.class == k).map(|d| d.len).max().unwrap_or(0)
+        };
         let deps = &deps[deps.partition_point(|d| d.at < changed_at)..];
         for k in 0..classes.len() {
             if let Some((behind, at)) = furthest_behind(deps, k, bps(&after, k)) {
@@ -508,9 +515,6 @@ proptest! {
                 );
             }
         }
-        let lmax = |k: usize| {
-            deps.iter().filter(|d| d.class == k).map(|d| d.len).max().unwrap_or(0)
-        };
         let shared: Vec<usize> = (0..classes.len()).filter(|&k| after[k].1 == 0).collect();
         for (i, &f) in shared.iter().enumerate() {
             for &m in &shared[i + 1..] {
@@ -2051,6 +2055,31 @@ fn saturate(s: &mut Scheduler, classes: u32, len: impl Fn(u32) -> u32, packets: 
         token += 1;
     }
     bytes
+}
+
+/// Under WFQ a weight raised at run time holds from the member's next packet: what it was
+/// served ahead of its share (the packet it just sent) is paid at the new weight. Raised from
+/// 1 to 4 just after sending 1500 B beside a member of weight 7, it waits for that one's next
+/// two 1500 B packets (its lead, 1500 / 4, over their 1500 / 7 each); kept at weight 1, the
+/// lead made it wait for eight.
+#[test]
+fn a_weight_raised_at_run_time_holds_from_the_next_packet() {
+    let mut s = weighted_classes(
+        NodeSpec::new("root", PolicyKind::Wfq).queue(HEAP),
+        &[1, 7],
+        100,
+    );
+    for t in 0..40 {
+        s.enqueue(0, &packet(t, (t % 2) as u32, t % 2, 1500))
+            .unwrap();
+    }
+    // On until class 0 has just sent a packet.
+    while s.dequeue(0).expect("backlogged").flow != 0 {}
+    assert!(s.set_weight(s.node_by_name("c0").unwrap(), 4));
+    let before_next = std::iter::from_fn(|| s.dequeue(0))
+        .take_while(|d| d.flow != 0)
+        .count();
+    assert_eq!(before_next, 2);
 }
 
 /// A weight lowered at run time below every weight the tree was built with still counts: the

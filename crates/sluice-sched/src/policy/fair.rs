@@ -1,15 +1,10 @@
 //! Fair sharing: WFQ (start-time fair queuing), DRR, and FQ (Linux fq's flow scheduling).
 
 use super::{
-    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE,
+    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, reweighed, vt,
 };
 use crate::packet::Meta;
 use sluice_queue::Rank;
-
-/// Virtual-time length of `len` bytes at `weight`.
-fn vt(len: u32, weight: u32) -> u64 {
-    u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
-}
 
 /// Weighted fair queuing as start-time fair queuing (Goyal et al.): a member's start tag is
 /// `S = max(V, F)` when it becomes backlogged, where `F` is its last finish tag, and `S = F`
@@ -92,6 +87,22 @@ impl Policy for Wfq {
         tags.a = tags.a.saturating_sub(d);
         tags.b = tags.b.saturating_sub(d);
         [tags.a, ABSENT]
+    }
+    /// A new weight holds from its member's next packet, and its lead over V (at most the
+    /// packet it last sent) is paid at the new weight. (Kept, a member raised from weight 1 to
+    /// 4 beside one of weight 7 waited out its last 1500 B packet at weight 1: eight of the
+    /// other's packets of 1500 B instead of two.)
+    fn reconfigured(
+        &self,
+        tags: &mut Tags,
+        was: &MemberCfg,
+        cfg: &MemberCfg,
+        _now: u64,
+    ) -> Option<[Rank; 2]> {
+        let v = self.clock.v;
+        tags.a = reweighed(tags.a, v, was.weight, cfg.weight);
+        tags.b = reweighed(tags.b, v, was.weight, cfg.weight);
+        Some([tags.a, ABSENT])
     }
 }
 

@@ -40,6 +40,23 @@ pub const VT_PER_BYTE: u64 = 1 << 16;
 /// Largest weight accepted.
 pub const MAX_WEIGHT: u32 = 1 << 16;
 
+/// Virtual-time length of `len` bytes at `weight`.
+fn vt(len: u32, weight: u32) -> u64 {
+    u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
+}
+
+/// A tag's lead over the virtual time `v` (service its member had ahead of its share), earned
+/// at weight `from`, as the lead the same bytes give at weight `to`; a tag not ahead of `v`
+/// as it is. What a member owes its share is paid at its new weight, as a gate's debt is
+/// paid at its new rate.
+fn reweighed(tag: u64, v: u64, from: u32, to: u32) -> u64 {
+    if tag <= v {
+        return tag;
+    }
+    let lead = u128::from(tag - v) * u128::from(from.max(1)) / u128::from(to.max(1));
+    v.saturating_add(u64::try_from(lead).unwrap_or(u64::MAX))
+}
+
 /// A fair policy's virtual time at which its node rebases ([`Policy::rebase`]). Virtual time
 /// grows by [`VT_PER_BYTE`] per byte over the smallest active weight: a weight-1 member alone
 /// at 100 Gbit/s takes it from 0 to 2^62 in about an hour and a half, and a u64 would wrap in
@@ -335,14 +352,13 @@ pub trait Policy: fmt::Debug + Send {
         false
     }
 
-    /// Per member: its weight or reservation (`cfg`, as it is now; `was`, the reservation it
-    /// had) was changed at run time, at `now`. Its new ranks if the change moves it (the
-    /// scheduler then moves it in every queue if it has packets available); `None` leaves it
-    /// where it is.
+    /// Per member: its weight or reservation (`cfg`, as it is now; `was`, as it was) was
+    /// changed at run time, at `now`. Its new ranks if the change moves it (the scheduler then
+    /// moves it in every queue if it has packets available); `None` leaves it where it is.
     fn reconfigured(
         &self,
         _tags: &mut Tags,
-        _was: Option<Rate>,
+        _was: &MemberCfg,
         _cfg: &MemberCfg,
         _now: u64,
     ) -> Option<[Rank; 2]> {
@@ -608,7 +624,7 @@ impl Policy for AnyPolicy {
     fn reconfigured(
         &self,
         tags: &mut Tags,
-        was: Option<Rate>,
+        was: &MemberCfg,
         cfg: &MemberCfg,
         now: u64,
     ) -> Option<[Rank; 2]> {

@@ -12,9 +12,7 @@
 //! `a`, in 2^-32 ns, and `b` = the share start tag S (the last finish tag F while the member
 //! stays backlogged: SFQ's F is kept only as the next S, `activate` takes max(V, F) from it).
 
-use super::{
-    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, VT_PER_BYTE,
-};
+use super::{ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, vt};
 use crate::packet::Meta;
 use crate::units::Rate;
 use sluice_queue::Rank;
@@ -41,10 +39,6 @@ fn catch_up(tags: &mut Tags, now: u64) {
         tags.a = now;
         tags.c = 0;
     }
-}
-
-fn vt(len: u32, weight: u32) -> u64 {
-    u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
 }
 
 /// The shared arithmetic. `charge_shares_to_reservation`: whether service from the share
@@ -105,7 +99,7 @@ impl Rls {
         }
     }
 
-    /// A member's weight or reservation changed at `now` (`was`: the reservation it had).
+    /// A member's weight or reservation changed at `now` (`was`: as they were).
     ///
     /// The share service it was charged beyond its weighted share is forgiven, its share tags
     /// brought back to the virtual time if they ran ahead. A reservation is a floor, so all a
@@ -126,12 +120,12 @@ impl Rls {
     fn reconfigured(
         &self,
         tags: &mut Tags,
-        was: Option<Rate>,
+        was: &MemberCfg,
         cfg: &MemberCfg,
         now: u64,
     ) -> [Rank; 2] {
         tags.b = tags.b.min(self.clock.v);
-        match (was, cfg.reservation) {
+        match (was.reservation, cfg.reservation) {
             (Some(old), Some(new)) if tags.a > now => {
                 let ahead = (u128::from(tags.a - now) << 32) + u128::from(tags.c);
                 let ahead = old.retime(ahead, new);
@@ -207,7 +201,7 @@ macro_rules! rls_common {
         fn reconfigured(
             &self,
             tags: &mut Tags,
-            was: Option<Rate>,
+            was: &MemberCfg,
             cfg: &MemberCfg,
             now: u64,
         ) -> Option<[Rank; 2]> {
