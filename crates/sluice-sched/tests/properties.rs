@@ -225,7 +225,9 @@ const HEAP: QueueChoice = QueueChoice::Kind {
 };
 
 /// Sends `arrivals` (class, bytes, gap after the arrival before it in ns) through `s`, whose
-/// root is over `classes` classes, to a 1 Gbit/s link that sends whenever it is free.
+/// root is over `classes` classes (or a leaf over as many flows: class `k`'s packets are flow
+/// `k`), to a 1 Gbit/s link that sends whenever it is free. A packet refused for a full flow
+/// table is dropped; any other refusal fails.
 fn through_classes(s: Scheduler, classes: usize, arrivals: &[(usize, u32, u64)]) -> Vec<Dep> {
     through_changing_classes(s, classes, arrivals, |_, _, _| {})
 }
@@ -253,8 +255,12 @@ fn through_changing_classes(
                 let class = class % classes;
                 change(&mut s, next, t);
                 let p = packet(next as u64, class as u32, class as u64, len);
-                s.enqueue(t, &p).unwrap();
-                queued[class] += 1;
+                match s.enqueue(t, &p) {
+                    Ok(()) => queued[class] += 1,
+                    Err(e) => assert_eq!(e.reason, RejectReason::FlowTableFull),
+                }
+                // An idle link is free from now on.
+                link_free = link_free.max(t);
                 (at, next) = (t, next + 1);
             }
             _ if held => {
@@ -525,6 +531,46 @@ proptest! {
                     spread <= bound + 1e-9,
                     "{:?}, classes {} and {} ({:?}, {:?} after {} ns): {:.1} apart, bound {:.1}",
                     policy, f, m, before, after, changed_at - S, spread, bound
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The fairness bounds above hold between the flows of a per-flow leaf too, with a flow
+    /// table too small for them all: idle flows are reclaimed for new ones (and a packet is
+    /// refused when no slot is free), and a flow that comes back must start where a new one
+    /// would or behind, never ahead of what it was served. Start-time fair queuing's bound
+    /// for WFQ's and hClock's flows (equal weights), DRR's in rounds of its 3028 B quantum.
+    #[test]
+    fn flows_of_a_leaf_keep_the_fairness_bound_with_a_small_flow_table(
+        policy in prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Drr]),
+        flows in 2usize..6,
+        table in 1usize..6,
+        arrivals in prop::collection::vec((0usize..6, 64u32..1500, 0u64..4_000), 1..300),
+    ) {
+        let config = SchedConfig { flows: table, ..cfg(1000) };
+        let s = one_leaf(config, NodeSpec::new("leaf", policy).queue(HEAP));
+        let deps = through_classes(s, flows, &arrivals);
+        let lmax = |k: usize| {
+            deps.iter().filter(|d| d.class == k).map(|d| d.len).max().unwrap_or(0)
+        };
+        for f in 0..flows {
+            for m in f + 1..flows {
+                let (spread, bound) = if policy == PolicyKind::Drr {
+                    let q = 3028.0;
+                    (widest_gap(&deps, f, m, q, q), 2.0 + 6.0 * 1500.0 / q)
+                } else {
+                    let bound = 2.0 * f64::from(lmax(f) + lmax(m));
+                    (widest_gap(&deps, f, m, 1.0, 1.0), bound)
+                };
+                prop_assert!(
+                    spread <= bound + 1e-9,
+                    "{:?}, flows {} and {} of {} in {} slots: {:.2} apart, bound {:.2}",
+                    policy, f, m, flows, table, spread, bound
                 );
             }
         }
