@@ -577,6 +577,113 @@ proptest! {
     }
 }
 
+/// A packet in the scheduler, as the order properties see it.
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    token: u64,
+    flow: u64,
+    priority: u8,
+    /// EDF's deadline (none: the latest there is).
+    deadline: u64,
+    /// LSTF's time: arrival + slack.
+    out_of_slack: u64,
+    remaining: u64,
+}
+
+/// Whether `policy`, at a leaf on an exact queue, may serve `sent` next from `queued` (in
+/// arrival order), by its published definition; ties between flows go either way.
+fn first_by_definition(policy: PolicyKind, queued: &[Queued], sent: &Queued) -> bool {
+    let head_of_its_flow = || queued.iter().find(|q| q.flow == sent.flow).map(|q| q.token);
+    let per_flow = |of: &dyn Fn(&[&Queued]) -> u64, most: bool| {
+        let mut flows: HashMap<u64, Vec<&Queued>> = HashMap::new();
+        for q in queued {
+            flows.entry(q.flow).or_default().push(q);
+        }
+        let mine = of(&flows[&sent.flow]);
+        let best = flows.values().map(|f| of(f));
+        head_of_its_flow() == Some(sent.token)
+            && if most {
+                best.max() == Some(mine)
+            } else {
+                best.min() == Some(mine)
+            }
+    };
+    // The first packet in arrival order with the least `key`.
+    let first_least = |key: &dyn Fn(&Queued) -> u64| {
+        let least = queued.iter().map(key).min();
+        queued
+            .iter()
+            .find(|q| Some(key(q)) == least)
+            .map(|q| q.token)
+            == Some(sent.token)
+    };
+    match policy {
+        PolicyKind::Fifo => first_least(&|_| 0),
+        PolicyKind::Prio => first_least(&|q| u64::from(q.priority)),
+        PolicyKind::Edf => first_least(&|q| q.deadline),
+        PolicyKind::Lstf => first_least(&|q| q.out_of_slack),
+        PolicyKind::Pfabric => per_flow(&|f| f.iter().map(|q| q.remaining).min().unwrap(), false),
+        PolicyKind::Lqf => per_flow(&|f| f.len() as u64, true),
+        other => unreachable!("{other:?} is not an order policy"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Every order policy serves next what its definition puts first, on random packets and
+    /// times, at a leaf on an exact queue, checked without the oracle (which shares the
+    /// policies' ranks): FIFO the oldest packet; strict priority the oldest of the most
+    /// urgent level; EDF the oldest with the earliest deadline; LSTF the oldest that runs
+    /// out of slack first; pFabric a flow's first packet, of a flow with the least remaining
+    /// size among its packets; LQF a flow's first packet, of a flow with the most packets.
+    #[test]
+    fn every_order_policy_serves_first_what_its_definition_puts_first(
+        policy in prop::sample::select(vec![
+            PolicyKind::Fifo, PolicyKind::Prio, PolicyKind::Edf, PolicyKind::Lstf,
+            PolicyKind::Pfabric, PolicyKind::Lqf,
+        ]),
+        ops in prop::collection::vec(
+            (any::<bool>(), 0u64..6, 0u8..4, 0u64..4, 0u64..3_000_000, 1u64..100_000, 0u64..500_000),
+            1..400,
+        ),
+    ) {
+        let mut s = one_leaf(cfg(1000), NodeSpec::new("leaf", policy).queue(HEAP));
+        let (mut queued, mut now) = (Vec::<Queued>::new(), S);
+        for (token, (send, flow, priority, due_ms, slack, remaining, gap)) in (0u64..).zip(ops) {
+            now += gap;
+            if send || queued.is_empty() {
+                let mut p = packet(token, 0, flow, 100);
+                p.fields = Fields {
+                    priority,
+                    // Whole ms from now, or none (0).
+                    deadline: if due_ms == 0 { 0 } else { now + due_ms * MS },
+                    slack,
+                    remaining,
+                    pacing_bps: 0,
+                };
+                s.enqueue(now, &p).unwrap();
+                queued.push(Queued {
+                    token,
+                    flow,
+                    priority,
+                    deadline: if due_ms == 0 { u64::MAX } else { now + due_ms * MS },
+                    out_of_slack: now + slack,
+                    remaining,
+                });
+            } else {
+                let d = s.dequeue(now).expect("packets are held");
+                let at = queued.iter().position(|q| q.token == d.token).expect("a queued packet");
+                prop_assert!(
+                    first_by_definition(policy, &queued, &queued[at]),
+                    "{:?} served {:?} before {:?}", policy, queued[at], queued
+                );
+                queued.remove(at);
+            }
+        }
+    }
+}
+
 #[test]
 fn wfq_shares_are_within_one_percent_over_long_runs() {
     // Internal WFQ (per-packet tags) over four weighted classes of mixed packet sizes.
