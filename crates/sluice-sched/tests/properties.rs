@@ -166,22 +166,28 @@ fn over_classes(root: NodeSpec, classes: Vec<NodeSpec>, capacity: usize) -> Sche
 /// `root` over one FIFO class per share (class `k` has the `k`th: its weight, or under DRR
 /// its quantum in bytes), holding `capacity` packets.
 fn weighted_classes(root: NodeSpec, shares: &[u32], capacity: usize) -> Scheduler {
-    let drr = root.policy == PolicyKind::Drr;
     let classes = shares
         .iter()
         .enumerate()
         .map(|(i, &share)| {
-            let class = NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo);
-            if drr {
-                let mut class = class;
-                class.member.quantum = share;
-                class
-            } else {
-                class.weight(share)
-            }
+            sharing(
+                NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo),
+                &root,
+                share,
+            )
         })
         .collect();
     over_classes(root, classes, capacity)
+}
+
+/// `child` with `share` in `parent`: its quantum in bytes under DRR, else its weight.
+fn sharing(mut child: NodeSpec, parent: &NodeSpec, share: u32) -> NodeSpec {
+    if parent.policy == PolicyKind::Drr {
+        child.member.quantum = share;
+        child
+    } else {
+        child.weight(share)
+    }
 }
 
 /// A `policy` root over one FIFO class per weight, each class backlogged by one flow of
@@ -679,6 +685,132 @@ proptest! {
                     "{:?} served {:?} before {:?}", policy, queued[at], queued
                 );
                 queued.remove(at);
+            }
+        }
+    }
+}
+
+/// Start-time fair queuing's bound between `f` and `m` (shares `sf`, `sm`: weights) over
+/// `deps`, as the properties above check it, or DRR's (shares: quanta). Returns the widest
+/// gap and the bound.
+fn gap_and_bound(
+    policy: PolicyKind,
+    deps: &[Dep],
+    f: usize,
+    m: usize,
+    sf: u32,
+    sm: u32,
+) -> (f64, f64) {
+    let (sf, sm) = (f64::from(sf), f64::from(sm));
+    let lmax = |k: usize| {
+        let most = deps.iter().filter(|d| d.class == k).map(|d| d.len).max();
+        f64::from(most.unwrap_or(0))
+    };
+    let bound = if policy == PolicyKind::Drr {
+        2.0 + 3.0 * (1500.0 / sf + 1500.0 / sm)
+    } else {
+        2.0 * (lmax(f) / sf + lmax(m) / sm)
+    };
+    (widest_gap(deps, f, m, sf, sm), bound)
+}
+
+/// `deps` of a tree's leaves seen as departures of the groups they are in (`group_of`, by
+/// leaf): a group has packets waiting while any of its leaves has.
+fn by_group(deps: &[Dep], group_of: &[usize]) -> Vec<Dep> {
+    deps.iter()
+        .map(|d| Dep {
+            class: group_of[d.class],
+            through: (0..group_of.len())
+                .filter(|&k| d.through & 1 << k != 0)
+                .fold(0, |m, k| m | 1 << group_of[k]),
+            ..*d
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The fairness bounds hold at every level of a two-level tree: between the root's
+    /// children (a FIFO leaf or a fair node over FIFO leaves), counting all their leaves'
+    /// packets, and between the leaves of each fair node, over any stretch in which both have
+    /// packets waiting, however their parent is served. Start-time fair queuing's bound for
+    /// WFQ's, hClock's and HTB's shares, DRR's in rounds; random shapes, shares, sizes and
+    /// arrivals, without the oracle.
+    #[test]
+    fn every_level_of_a_tree_keeps_its_fairness_bound(
+        root in prop::sample::select(vec![
+            PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::HClock, PolicyKind::Htb,
+        ]),
+        groups in prop::collection::vec(
+            (
+                1u32..8,
+                prop::option::of((
+                    prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::HClock]),
+                    prop::collection::vec(1u32..8, 2..4),
+                )),
+            ),
+            2..4,
+        ),
+        arrivals in prop::collection::vec((0usize..8, 64u32..1500, 0u64..4_000), 1..300),
+    ) {
+        // Shares 1..8: weights, or quanta of that many 1500 B under DRR.
+        let share = |policy: PolicyKind, w: u32| if policy == PolicyKind::Drr { 1500 * w } else { w };
+        let mut b = TreeBuilder::new(cfg(1000));
+        let root_spec = NodeSpec::new("root", root).queue(HEAP);
+        let top = b.root(root_spec.clone());
+        let (mut group_of, mut leaf_share) = (Vec::new(), Vec::new());
+        for (g, (w, inner)) in groups.iter().enumerate() {
+            let name = format!("g{g}");
+            match inner {
+                None => {
+                    let spec = sharing(NodeSpec::new(&name, PolicyKind::Fifo), &root_spec, share(root, *w));
+                    let leaf = b.child(top, spec);
+                    b.rule(vec![Match::Class(group_of.len() as u32)], leaf);
+                    group_of.push(g);
+                    leaf_share.push(None);
+                }
+                Some((policy, shares)) => {
+                    let spec = NodeSpec::new(&name, *policy).queue(HEAP);
+                    let node = b.child(top, sharing(spec.clone(), &root_spec, share(root, *w)));
+                    for (i, &ws) in shares.iter().enumerate() {
+                        let leaf = NodeSpec::new(&format!("{name}l{i}"), PolicyKind::Fifo);
+                        let leaf = b.child(node, sharing(leaf, &spec, share(*policy, ws)));
+                        b.rule(vec![Match::Class(group_of.len() as u32)], leaf);
+                        group_of.push(g);
+                        leaf_share.push(Some((*policy, share(*policy, ws))));
+                    }
+                }
+            }
+        }
+        let s = b.build().unwrap();
+        let deps = through_classes(s, group_of.len(), &arrivals);
+        prop_assert_eq!(deps.len(), arrivals.len());
+        let tops = by_group(&deps, &group_of);
+        for f in 0..groups.len() {
+            for m in f + 1..groups.len() {
+                let (sf, sm) = (share(root, groups[f].0), share(root, groups[m].0));
+                let (gap, bound) = gap_and_bound(root, &tops, f, m, sf, sm);
+                prop_assert!(
+                    gap <= bound + 1e-9,
+                    "{:?} root, groups {} and {} of {:?}: {:.2} apart, bound {:.2}",
+                    root, f, m, groups, gap, bound
+                );
+            }
+        }
+        for f in 0..group_of.len() {
+            for m in f + 1..group_of.len() {
+                if group_of[f] != group_of[m] {
+                    continue;
+                }
+                if let (Some((policy, sf)), Some((_, sm))) = (leaf_share[f], leaf_share[m]) {
+                    let (gap, bound) = gap_and_bound(policy, &deps, f, m, sf, sm);
+                    prop_assert!(
+                        gap <= bound + 1e-9,
+                        "{:?} under {:?} root, leaves {} and {} of {:?}: {:.2} apart, bound {:.2}",
+                        policy, root, f, m, groups, gap, bound
+                    );
+                }
             }
         }
     }
