@@ -404,24 +404,32 @@ proptest! {
 
     /// hClock's reservations (mClock's, Gulati et al., 2010) and HTB's rates: over any
     /// stretch in which a class with one has packets waiting, it is served at least that rate
-    /// times the stretch, less `SLACK` (a packet of its own and one of another class that
-    /// held the link). They add up to at most 800 Mbit/s of the 1 Gbit/s link; the traffic
-    /// overloads it, on random weights, sizes and arrivals; checked without the oracle.
+    /// times the stretch, or its own limit's (hClock's limit, HTB's ceil: the class's `rate`)
+    /// if that is less, less `SLACK` (a packet of its own and one of another class that held
+    /// the link) and a shaper slot at its limit. They add up to at most 800 Mbit/s of the
+    /// 1 Gbit/s link; the traffic overloads it, on random weights, limits, sizes and arrivals;
+    /// checked without the oracle.
     #[test]
     fn every_backlogged_guaranteed_rate_is_served_over_any_stretch(
         policy in prop::sample::select(vec![PolicyKind::HClock, PolicyKind::Htb]),
-        classes in prop::collection::vec((1u32..8, 0u64..=4), 2..5),
+        classes in prop::collection::vec((1u32..8, 0u64..=4, 0usize..4), 2..5),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
     ) {
         const SLACK: f64 = 3000.0;
+        const LIMITS: [Option<u64>; 4] = [None, Some(50), Some(200), Some(600)];
         // Reservations in units of 50 Mbit/s, scaled down to fit 800 Mbit/s in all.
         let units: u64 = classes.iter().map(|c| c.1).sum();
-        let bps = |k: usize| classes[k].1 * 50_000_000 * 16 / units.max(16);
+        let reserved = |k: usize| classes[k].1 * 50_000_000 * 16 / units.max(16);
+        let limit = |k: usize| LIMITS[classes[k].2].map(Rate::mbit);
+        let bps = |k: usize| limit(k).map_or(reserved(k), |l| l.bps().min(reserved(k)));
         let specs = (0..classes.len())
             .map(|k| {
-                let spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo).weight(classes[k].0);
-                match Rate::new(bps(k)) {
-                    Some(r) => spec.reservation(r),
+                let mut spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo).weight(classes[k].0);
+                if let Some(r) = Rate::new(reserved(k)) {
+                    spec = spec.reservation(r);
+                }
+                match limit(k) {
+                    Some(l) => spec.rate(l, 0),
                     None => spec,
                 }
             })
@@ -431,9 +439,10 @@ proptest! {
         let deps = through_classes(s, classes.len(), &arrivals);
         prop_assert_eq!(deps.len(), arrivals.len());
         for k in 0..classes.len() {
+            let slot = limit(k).map_or(0.0, |l| l.bps() as f64 / 8e9 * 1024.0);
             if let Some((behind, at)) = furthest_behind(&deps, k, bps(k)) {
                 prop_assert!(
-                    behind <= SLACK,
+                    behind <= SLACK + slot,
                     "{:?}, class {} ({} bit/s of {:?}): {:.0} B behind at {} ns",
                     policy, k, bps(k), classes, behind, at - S
                 );
