@@ -600,6 +600,38 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
+    /// Every flow of an hClock leaf with a `flow_reservation` gets it over any stretch in
+    /// which it has packets waiting, less a packet of its own and one of another flow, with a
+    /// flow table too small for them all (a flow reclaimed and back starts anew). At most
+    /// five flows of at most 160 Mbit/s each on the 1 Gbit/s link, on random arrivals,
+    /// without the oracle.
+    #[test]
+    fn flows_of_an_hclock_leaf_get_their_reservations_with_a_small_flow_table(
+        mbit in prop::sample::select(vec![10u64, 50, 160]),
+        flows in 2usize..6,
+        table in 1usize..6,
+        arrivals in prop::collection::vec((0usize..6, 64u32..1500, 0u64..4_000), 1..300),
+    ) {
+        const SLACK: f64 = 3000.0;
+        let config = SchedConfig { flows: table, ..cfg(1000) };
+        let mut leaf = NodeSpec::new("leaf", PolicyKind::HClock).queue(HEAP);
+        leaf.flows.reservation = Some(Rate::mbit(mbit));
+        let deps = through_classes(one_leaf(config, leaf), flows, &arrivals);
+        for k in 0..flows {
+            if let Some((behind, at)) = furthest_behind(&deps, k, mbit * 1_000_000) {
+                prop_assert!(
+                    behind <= SLACK,
+                    "flow {} of {} in {} slots at {} Mbit/s: {:.0} B behind at {} ns",
+                    k, flows, table, mbit, behind, at - S
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
     /// A paced flow never sends faster than its rate on the wire, beyond its burst and the
     /// packets past its gate: over any stretch from one of its departures to a later one,
     /// its bytes are at most its rate's over the stretch and a shaper slot, plus its burst
