@@ -787,6 +787,56 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// EDF and LSTF leaves on `auto` queues (bucketed) serve in their order to within a
+    /// bucket (2^19 ns): the packet served next ranks at most a bucket after the first rank
+    /// queued, a rank being the deadline (or arrival + slack) held to between the packet's
+    /// arrival (overdue: due now) and a second after it (later, or none: as a second ahead).
+    /// On random deadlines, slacks and times within a backlog younger than a second, without
+    /// the oracle.
+    #[test]
+    fn edf_and_lstf_on_bucketed_queues_serve_in_order_to_within_a_bucket(
+        policy in prop::sample::select(vec![PolicyKind::Edf, PolicyKind::Lstf]),
+        ops in prop::collection::vec(
+            (any::<bool>(), 0u64..1_700_000, 0u64..200_000),
+            1..400,
+        ),
+    ) {
+        const BUCKET: u64 = 1 << 19;
+        let mut s = one_leaf(cfg(1000), NodeSpec::new("leaf", policy));
+        // (token, rank as defined above)
+        let (mut queued, mut now) = (Vec::<(u64, u64)>::new(), S);
+        for (token, (send, due_us, gap)) in (0u64..).zip(ops) {
+            now += gap;
+            if send || queued.is_empty() {
+                let mut p = packet(token, 0, token, 100);
+                // EDF: from 100 ms overdue to 1.6 s ahead, or none (0 us); LSTF: a slack.
+                let at = match (policy, due_us) {
+                    (PolicyKind::Edf, 0) => u64::MAX,
+                    (PolicyKind::Edf, _) => now + due_us * 1000 - 100 * MS,
+                    _ => now + due_us * 1000,
+                };
+                p.fields.deadline = if at == u64::MAX { 0 } else { at };
+                p.fields.slack = due_us * 1000;
+                s.enqueue(now, &p).unwrap();
+                queued.push((token, at.clamp(now, now + S)));
+            } else {
+                let d = s.dequeue(now).expect("packets are held");
+                let at = queued.iter().position(|q| q.0 == d.token).expect("a queued packet");
+                let first = queued.iter().map(|q| q.1).min().unwrap_or(0);
+                prop_assert!(
+                    queued[at].1 <= first + BUCKET,
+                    "{:?} served rank {} while {} waited ({} ns later)",
+                    policy, queued[at].1 - S, first - S, queued[at].1 - first
+                );
+                queued.remove(at);
+            }
+        }
+    }
+}
+
 /// Start-time fair queuing's bound between `f` and `m` (shares `sf`, `sm`: weights) over
 /// `deps`, as the properties above check it, or DRR's (shares: quanta). Returns the widest
 /// gap and the bound.
