@@ -13,8 +13,8 @@ use sluice_queue::Rank;
 /// busy, and the largest finish tag served once it was idle ([`Policy::busy`]: a member that
 /// sent alone is not held back for it when others come). Fair to within one packet per member
 /// on an exact queue, one bucket on a bucketed one, with no per-round scan and no floating
-/// point (tags are integers, [`VT_PER_BYTE`] per byte at weight 1, a charge truncated to whole
-/// units).
+/// point (tags are integers, [`VT_PER_BYTE`](super::VT_PER_BYTE) per byte at weight 1, a
+/// charge truncated to whole units).
 ///
 /// Per member at every node (flows at a leaf, children above): one entry per member with
 /// packets, its start tag computed when its head changes, charging the length of the packet
