@@ -2,15 +2,17 @@
 //! ([`sluice_sched::oracle::OracleTree`]) on random trees, random policies at every node,
 //! random queue structures (every exact kind, and bucketed kinds whose filing the oracle
 //! models exactly), random rate limits and flow pacing, and random traffic over time. Every
-//! enqueue result, every departure and every `next_event` must agree.
+//! enqueue result, every departure and every `next_event` must agree, and the scheduler's
+//! counters (accepted per leaf, refused per reason, sent through each node) must match what
+//! the test counts itself.
 
 use proptest::prelude::*;
 use sluice_queue::{Overflow, QueueKind};
 use sluice_sched::classify::Match;
 use sluice_sched::oracle::OracleTree;
 use sluice_sched::{
-    Fields, NodeId, NodeSpec, Packet, PolicyKind, QueueChoice, Rate, SchedConfig, ShaperConfig,
-    TreeBuilder,
+    Dequeued, Fields, NodeId, NodeSpec, Packet, PolicyKind, QueueChoice, Rate, RejectReason,
+    SchedConfig, Scheduler, ShaperConfig, TreeBuilder,
 };
 
 /// Queue structures the oracle models exactly (the approximate ones are tested elsewhere).
@@ -326,6 +328,66 @@ enum FieldsFrom {
     PerFlow,
 }
 
+/// The counters a scheduler must show, as the test counts them itself: packets accepted per
+/// leaf, refused per reason, and sent (packets, bytes) through each node.
+#[derive(Default)]
+struct Counted {
+    enqueued: std::collections::HashMap<NodeId, u64>,
+    refused: [u64; 5],
+    sent: std::collections::HashMap<NodeId, (u64, u64)>,
+    dequeued: u64,
+}
+
+impl Counted {
+    fn enqueue(&mut self, s: &Scheduler, p: &Packet, result: Result<(), RejectReason>) {
+        match result {
+            Ok(()) => {
+                let leaf = s.classify(p).expect("an accepted packet has a leaf");
+                *self.enqueued.entry(leaf).or_default() += 1;
+            }
+            Err(reason) => self.refused[reason as usize] += 1,
+        }
+    }
+
+    fn dequeue(&mut self, s: &Scheduler, d: &Option<Dequeued>) {
+        let Some(d) = d else { return };
+        self.dequeued += 1;
+        let mut n = Some(d.leaf);
+        while let Some(node) = n {
+            let sent = self.sent.entry(node).or_default();
+            (sent.0, sent.1) = (sent.0 + 1, sent.1 + u64::from(d.len));
+            n = s.parent(node);
+        }
+    }
+
+    /// `s`'s counters against these; `drained`: nothing is held, so every packet that became
+    /// available at a node has left it.
+    fn check(&self, s: &Scheduler, drained: bool) -> Result<(), TestCaseError> {
+        let stats = s.stats();
+        let enqueued: u64 = self.enqueued.values().sum();
+        prop_assert_eq!(stats.enqueued, enqueued);
+        prop_assert_eq!(stats.dequeued, self.dequeued);
+        prop_assert_eq!(stats.rejected, self.refused);
+        prop_assert_eq!(s.len() as u64, enqueued - self.dequeued);
+        for n in 0..s.node_count() as NodeId {
+            let node = s.node_stats(n);
+            let (sent, bytes) = self.sent.get(&n).copied().unwrap_or_default();
+            prop_assert_eq!((node.sent, node.sent_bytes), (sent, bytes), "node {}", n);
+            prop_assert_eq!(
+                node.enqueued,
+                self.enqueued.get(&n).copied().unwrap_or(0),
+                "node {}",
+                n
+            );
+            prop_assert!(node.arrived >= node.sent, "node {}: {:?}", n, node);
+            if drained {
+                prop_assert_eq!(node.arrived, node.sent, "node {}", n);
+            }
+        }
+        Ok(())
+    }
+}
+
 fn run(
     gens: &[NodeGen],
     capacity: usize,
@@ -339,6 +401,7 @@ fn run(
     let mut slow = OracleTree::new(&b).expect("modelled tree");
     let mut now = 1_000_000_000u64;
     let mut token = 0u64;
+    let mut counted = Counted::default();
     let mut remaining = std::collections::HashMap::new();
     // The fast scheduler also gets flow-id hints, right, stale or wrong; the oracle has no
     // use for them. Hints only save lookups: both must behave the same whatever they say.
@@ -407,11 +470,13 @@ fn run(
                 };
                 token += 1;
                 let a = fast.enqueue(now, &p).map_err(|r| r.reason);
+                counted.enqueue(&fast, &p, a);
                 let o = slow.enqueue(now, &p);
                 prop_assert_eq!(a, o, "step {}: enqueue", step);
             }
             Op::Dequeue => {
                 let a = fast.dequeue(now);
+                counted.dequeue(&fast, &a);
                 if let Some(d) = a {
                     last_id.insert(d.flow, d.flow_id);
                 }
@@ -463,6 +528,7 @@ fn run(
             }
         }
         prop_assert_eq!(fast.len(), slow.len(), "step {}: held", step);
+        counted.check(&fast, false)?;
         prop_assert_eq!(
             fast.next_event(now),
             slow.next_event(now),
@@ -477,11 +543,13 @@ fn run(
             Some(t) => now = now.max(t),
         }
         let a = fast.dequeue(now);
+        counted.dequeue(&fast, &a);
         in_order(&a)?;
         let o = slow.dequeue(now);
         prop_assert_eq!(a, o, "drain at {}", now);
     }
     prop_assert!(fast.is_empty() && slow.is_empty(), "both drained");
+    counted.check(&fast, true)?;
     fast.check();
     Ok(())
 }
