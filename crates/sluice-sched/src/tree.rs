@@ -1403,14 +1403,10 @@ impl Scheduler {
             return false;
         }
         let weight = weight.clamp(1, crate::policy::MAX_WEIGHT);
-        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
-        // member a fifth more than its reservation.
         let Some(cfg) = self.member_cfg_mut(n) else {
             return false;
         };
-        let was = *cfg;
-        cfg.weight = weight;
-        if was.weight != weight {
+        if let Some(was) = cfg.edit(|c| c.weight = weight) {
             self.reconfigured(n, &was, self.clock);
         }
         true
@@ -1428,11 +1424,7 @@ impl Scheduler {
         let Some(cfg) = self.member_cfg_mut(n) else {
             return false;
         };
-        // Re-ranked only on a change: a lead forgiven again every 100 us gave a reserved
-        // member a fifth more than its reservation.
-        let was = *cfg;
-        cfg.reservation = rate;
-        if was.reservation != rate {
+        if let Some(was) = cfg.edit(|c| c.reservation = rate) {
             self.reconfigured(n, &was, self.clock);
         }
         true
