@@ -945,7 +945,9 @@ proptest! {
             (
                 1u32..8,
                 prop::option::of((
-                    prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::HClock]),
+                    prop::sample::select(vec![
+                        PolicyKind::Wfq, PolicyKind::Drr, PolicyKind::HClock, PolicyKind::Htb,
+                    ]),
                     prop::collection::vec(1u32..8, 2..4),
                 )),
             ),
