@@ -711,24 +711,83 @@ proptest! {
         prop_assert_eq!(deps.len(), arrivals.len());
         let per_ns = mbit as f64 / 8e3;
         for k in 0..flows {
-            let mine: Vec<&Dep> = deps.iter().filter(|d| d.class == k).collect();
+            let mine: Vec<Dep> = deps.iter().filter(|d| d.class == k).copied().collect();
             let lmax = mine.iter().map(|d| d.len).max().unwrap_or(0);
             let allowed = burst as f64 + 3.0 * f64::from(lmax) + per_ns * SLOT;
-            // Bytes from departure i to j, less the rate's over [t_i, t_j]: the least of
-            // (bytes before i - rate * t_i) over i, against (bytes up to j - rate * t_j).
-            let (mut before, mut least) = (0.0f64, f64::MAX);
-            for d in &mine {
-                least = least.min(before - per_ns * d.at as f64);
-                before += f64::from(d.len);
-                let over = before - per_ns * d.at as f64 - least;
-                prop_assert!(
-                    over <= allowed + 1e-6,
-                    "{:?}, flow {} of {} at {} Mbit/s, burst {}: {:.0} B over its rate by {} ns, \
-                     {:.0} allowed",
-                    policy, k, flows, mbit, burst, over, d.at - S, allowed
-                );
-            }
+            let (over, at) = furthest_ahead(&mine, mbit * 1_000_000);
+            prop_assert!(
+                over <= allowed + 1e-6,
+                "{:?}, flow {} of {} at {} Mbit/s, burst {}: {:.0} B over its rate by {} ns, \
+                 {:.0} allowed",
+                policy, k, flows, mbit, burst, over, at.saturating_sub(S), allowed
+            );
         }
+    }
+}
+
+/// The most that `deps` went beyond `bps`, in bytes, and when: over any stretch from one
+/// departure to a later one (both counted), its bytes less the rate's over the stretch.
+fn furthest_ahead(deps: &[Dep], bps: u64) -> (f64, u64) {
+    let per_ns = bps as f64 / 8e9;
+    // Bytes from departure i to j, less the rate's over [t_i, t_j]: the least of
+    // (bytes before i - rate * t_i) over i, against (bytes up to j - rate * t_j).
+    let (mut before, mut least, mut most) = (0.0f64, f64::MAX, (0.0f64, 0));
+    for d in deps {
+        least = least.min(before - per_ns * d.at as f64);
+        before += f64::from(d.len);
+        let over = before - per_ns * d.at as f64 - least;
+        if over > most.0 {
+            most = (over, d.at);
+        }
+    }
+    most
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The root's rate holds on the wire: over any stretch from one departure to a later
+    /// one, the bytes sent are at most its rate's over the stretch (and a ns: times are whole
+    /// ns, and a packet due within one may go at its start) plus its burst and the largest
+    /// packet, whatever the tree below it limits and however its policy orders, on random
+    /// rates, bursts, classes and arrivals, without the oracle.
+    #[test]
+    fn the_roots_rate_holds_on_the_wire(
+        policy in prop::sample::select(vec![
+            PolicyKind::Fifo, PolicyKind::Prio, PolicyKind::Wfq, PolicyKind::Drr,
+            PolicyKind::HClock, PolicyKind::Htb,
+        ]),
+        mbit in prop::sample::select(vec![1u64, 10, 100, 400, 900]),
+        burst in prop::sample::select(vec![0u64, 3000, 15_000]),
+        classes in prop::collection::vec((1u32..8, prop::option::of(1u64..600), prop::option::of(1u64..200)), 1..5),
+        arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
+    ) {
+        let root = NodeSpec::new("root", policy).rate(Rate::mbit(mbit), burst);
+        let specs = classes
+            .iter()
+            .enumerate()
+            .map(|(k, &(share, limit, reserved))| {
+                let mut spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo);
+                spec.member.weight = share;
+                spec.member.quantum = share * 1500;
+                spec.member.priority = Some(k as u8 % 3);
+                spec.member.reservation = reserved.map(Rate::mbit);
+                match limit {
+                    Some(l) => spec.rate(Rate::mbit(l), 0),
+                    None => spec,
+                }
+            })
+            .collect();
+        let deps = through_classes(over_classes(root, specs, 1000), classes.len(), &arrivals);
+        prop_assert_eq!(deps.len(), arrivals.len());
+        let lmax = deps.iter().map(|d| d.len).max().unwrap_or(0);
+        let allowed = burst as f64 + f64::from(lmax) + mbit as f64 / 8e3;
+        let (over, at) = furthest_ahead(&deps, mbit * 1_000_000);
+        prop_assert!(
+            over <= allowed + 1e-6,
+            "{:?} root at {} Mbit/s, burst {}: {:.1} B over its rate by {} ns, {:.1} allowed",
+            policy, mbit, burst, over, at.saturating_sub(S), allowed
+        );
     }
 }
 
