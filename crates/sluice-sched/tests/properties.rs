@@ -750,7 +750,8 @@ proptest! {
     /// one, the bytes sent are at most its rate's over the stretch (and a ns: times are whole
     /// ns, and a packet due within one may go at its start) plus its burst and the largest
     /// packet, whatever the tree below it limits and however its policy orders, on random
-    /// rates, bursts, classes and arrivals, without the oracle.
+    /// rates, bursts, classes and arrivals (with idle stretches long enough to gather the
+    /// burst), without the oracle.
     #[test]
     fn the_roots_rate_holds_on_the_wire(
         policy in prop::sample::select(vec![
@@ -761,7 +762,10 @@ proptest! {
         burst in prop::sample::select(vec![0u64, 3000, 15_000]),
         classes in prop::collection::vec((1u32..8, prop::option::of(1u64..600), prop::option::of(1u64..200)), 1..5),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
+        idle in prop::sample::select(vec![1u64, 100, 10_000]),
     ) {
+        // Gaps stretched by `idle`, up to 40 ms: the root idles long enough to gather its burst.
+        let arrivals: Vec<_> = arrivals.iter().map(|&(c, len, gap)| (c, len, gap * idle)).collect();
         let root = NodeSpec::new("root", policy).rate(Rate::mbit(mbit), burst);
         let specs = classes
             .iter()
