@@ -472,22 +472,7 @@ proptest! {
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
     ) {
         let root = NodeSpec::new("root", policy);
-        let specs = classes
-            .iter()
-            .enumerate()
-            .map(|(k, &(share, limit, reserved))| {
-                let mut spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo);
-                spec.member.weight = share;
-                spec.member.quantum = share * 1500;
-                spec.member.priority = Some(k as u8 % 3);
-                spec.member.reservation = reserved.map(Rate::mbit);
-                match limit {
-                    Some(mbit) => spec.rate(Rate::mbit(mbit), 0),
-                    None => spec,
-                }
-            })
-            .collect();
-        let s = over_classes(root, specs, 1000);
+        let s = over_classes(root, any_classes(&classes), 1000);
         let (deps, idle) = through_changing_classes(s, classes.len(), &arrivals, |_, _, _| {});
         prop_assert_eq!(deps.len(), arrivals.len());
         let limited = (0..classes.len())
@@ -501,6 +486,27 @@ proptest! {
             );
         }
     }
+}
+
+/// FIFO classes for any internal policy, from (share, limit in Mbit/s, reservation in Mbit/s):
+/// class `k` has the share as its weight and (times 1500 B) its quantum, priority `k % 3`, and
+/// the limit as its `rate`, without burst.
+fn any_classes(classes: &[(u32, Option<u64>, Option<u64>)]) -> Vec<NodeSpec> {
+    classes
+        .iter()
+        .enumerate()
+        .map(|(k, &(share, limit, reserved))| {
+            let mut spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo);
+            spec.member.weight = share;
+            spec.member.quantum = share * 1500;
+            spec.member.priority = Some(k as u8 % 3);
+            spec.member.reservation = reserved.map(Rate::mbit);
+            match limit {
+                Some(mbit) => spec.rate(Rate::mbit(mbit), 0),
+                None => spec,
+            }
+        })
+        .collect()
 }
 
 /// How far class `k` fell behind `bps` over any stretch of `deps` through which it had
@@ -767,22 +773,8 @@ proptest! {
         // Gaps stretched by `idle`, up to 40 ms: the root idles long enough to gather its burst.
         let arrivals: Vec<_> = arrivals.iter().map(|&(c, len, gap)| (c, len, gap * idle)).collect();
         let root = NodeSpec::new("root", policy).rate(Rate::mbit(mbit), burst);
-        let specs = classes
-            .iter()
-            .enumerate()
-            .map(|(k, &(share, limit, reserved))| {
-                let mut spec = NodeSpec::new(&format!("c{k}"), PolicyKind::Fifo);
-                spec.member.weight = share;
-                spec.member.quantum = share * 1500;
-                spec.member.priority = Some(k as u8 % 3);
-                spec.member.reservation = reserved.map(Rate::mbit);
-                match limit {
-                    Some(l) => spec.rate(Rate::mbit(l), 0),
-                    None => spec,
-                }
-            })
-            .collect();
-        let deps = through_classes(over_classes(root, specs, 1000), classes.len(), &arrivals);
+        let s = over_classes(root, any_classes(&classes), 1000);
+        let deps = through_classes(s, classes.len(), &arrivals);
         prop_assert_eq!(deps.len(), arrivals.len());
         let lmax = deps.iter().map(|d| d.len).max().unwrap_or(0);
         let allowed = burst as f64 + f64::from(lmax) + mbit as f64 / 8e3;
