@@ -537,20 +537,21 @@ fn furthest_behind(deps: &[Dep], k: usize, bps: u64) -> Option<(f64, u64)> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// The two properties above hold from the moment a class's weight and reservation change
-    /// at run time, with the new values: every backlogged reservation is served over any
-    /// stretch after the change, and two classes without one keep start-time fair queuing's
-    /// bound. On random classes, changes, sizes and arrivals, without the oracle (which
-    /// shares the policies' reaction to a change).
+    /// The two properties above hold from the moment a class's weight, reservation and limit
+    /// change at run time, with the new values: every backlogged reservation is served over
+    /// any stretch after the change (or the class's new limit, if less), and two classes
+    /// without one or a limit keep start-time fair queuing's bound. On random classes,
+    /// changes, sizes and arrivals, without the oracle (which shares the policies' reaction
+    /// to a change).
     #[test]
     fn guarantees_and_shares_hold_from_a_change_at_run_time(
         policy in prop::sample::select(vec![PolicyKind::Wfq, PolicyKind::HClock, PolicyKind::Htb]),
         classes in prop::collection::vec((1u32..8, 0u64..=4), 2..5),
-        change in (0usize..300, 0usize..4, 1u32..8, 0u64..=4),
+        change in (0usize..300, 0usize..4, 1u32..8, 0u64..=4, prop::option::of(1u64..600)),
         arrivals in prop::collection::vec((0usize..4, 64u32..1500, 0u64..4_000), 1..300),
     ) {
         const SLACK: f64 = 3000.0;
-        let (when, changed, weight, units) = change;
+        let (when, changed, weight, units, limit) = change;
         let changed = changed % classes.len();
         // WFQ has weights only.
         let reserves = |units: u64| if policy == PolicyKind::Wfq { 0 } else { units };
@@ -579,6 +580,9 @@ proptest! {
                 let n = s.node_by_name(&format!("c{changed}")).expect("a class");
                 s.set_weight(n, weight);
                 s.set_reservation(now, n, rate(&after, changed));
+                if let Some(mbit) = limit {
+                    s.set_rate(now, n, Some(Rate::mbit(mbit)), 0);
+                }
                 changed_at = Some(now);
             }
         });
@@ -590,16 +594,26 @@ proptest! {
             deps.iter().filter(|d| d.class == k).map(|d| d.len).max().unwrap_or(0)
         };
         let deps = &deps[deps.partition_point(|d| d.at < changed_at)..];
+        // What each class is guaranteed after the change, and the slack of its limit's slot.
+        let limit_of = |k: usize| if k == changed { limit } else { None };
+        let guaranteed = |k: usize| {
+            limit_of(k).map_or(bps(&after, k), |mbit| bps(&after, k).min(mbit * 1_000_000))
+        };
         for k in 0..classes.len() {
-            if let Some((behind, at)) = furthest_behind(deps, k, bps(&after, k)) {
+            let slot = limit_of(k).map_or(0.0, |mbit| mbit as f64 / 8e3 * 1024.0);
+            if let Some((behind, at)) = furthest_behind(deps, k, guaranteed(k)) {
                 prop_assert!(
-                    behind <= SLACK,
-                    "{:?}, class {} ({} bit/s of {:?}, {:?} after {} ns): {:.0} B behind at {} ns",
-                    policy, k, bps(&after, k), before, after, changed_at - S, behind, at - S
+                    behind <= SLACK + slot,
+                    "{:?}, class {} ({} bit/s of {:?}, {:?} and {:?} Mbit/s after {} ns): \
+                     {:.0} B behind at {} ns",
+                    policy, k, guaranteed(k), before, after, limit, changed_at - S, behind,
+                    at - S
                 );
             }
         }
-        let shared: Vec<usize> = (0..classes.len()).filter(|&k| after[k].1 == 0).collect();
+        let shared: Vec<usize> = (0..classes.len())
+            .filter(|&k| after[k].1 == 0 && limit_of(k).is_none())
+            .collect();
         for (i, &f) in shared.iter().enumerate() {
             for &m in &shared[i + 1..] {
                 let (wf, wm) = (f64::from(after[f].0), f64::from(after[m].0));
