@@ -205,7 +205,7 @@ impl OracleTree {
             let gate = self.by_key.get(&(p.flow, leaf)).and_then(|&id| {
                 let mut g = self.flows[id as usize].gate?;
                 if let Some(r) = own {
-                    g.set_rate(r, now);
+                    g.set_rate(r, self.clock);
                 }
                 Some(g)
             });
@@ -277,10 +277,11 @@ impl OracleTree {
         };
         let meta = Meta::new(p, id, now);
         let f = &mut self.flows[id as usize];
-        // A packet's pacing rate, at most the leaf's, updates its flow's gate, or gives it one.
+        // A packet's pacing rate, at most the leaf's, updates its flow's gate, or gives it one
+        // (from the latest time seen, as the scheduler's).
         if let Some(r) = own {
             match f.gate.as_mut() {
-                Some(g) => g.set_rate(r, now),
+                Some(g) => g.set_rate(r, self.clock),
                 None => f.gate = Some(Gate::new(r, burst)),
             }
         }

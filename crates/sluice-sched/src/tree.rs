@@ -352,8 +352,8 @@ pub(crate) struct Node {
 ///
 /// Time is passed in (`now`, ns) and should not go backwards from call to call. A `now`
 /// earlier than one already seen is safe (nothing is lost or sent twice, nothing panics), but
-/// what is decided at it follows that earlier time; run-time changes of rates and weights
-/// apply from the latest `now` seen.
+/// what is decided at it follows that earlier time; run-time changes of rates and weights,
+/// a flow's pacing rate that comes with a packet too, apply from the latest `now` seen.
 pub struct Scheduler {
     pub(crate) nodes: Vec<Node>,
     pub(crate) classifier: Classifier,
@@ -591,10 +591,10 @@ impl Scheduler {
         let f = &mut self.flows.flows[flow as usize];
         // The packet's own pacing rate (Carousel: set by the transport), at most the leaf's
         // `flow_rate`, updates the gate, or gives one to a flow that had none (its earlier
-        // packets carried no rate).
+        // packets carried no rate). As every change of rate, from the latest time seen.
         if let Some(r) = own {
             match f.gate.as_mut() {
-                Some(g) => g.set_rate(r, now),
+                Some(g) => g.set_rate(r, self.clock),
                 None => f.gate = Some(Gate::new(r, burst)),
             }
         }
@@ -909,7 +909,7 @@ impl Scheduler {
             return false;
         };
         if let Some(r) = own {
-            g.set_rate(r, now);
+            g.set_rate(r, self.clock);
         }
         self.horizon.beyond(g.next_free(), now).is_some()
     }

@@ -388,6 +388,92 @@ impl Counted {
     }
 }
 
+/// The packets the operations offer: each `Op::Enqueue` made a [`Packet`] at its time, with
+/// the flow's remaining size shrinking, a flow-id hint right, stale or wrong, and with
+/// `FieldsFrom::PerFlow`, a flow's class and ranking fields fixed by the flow.
+struct Traffic {
+    fields: FieldsFrom,
+    token: u64,
+    remaining: std::collections::HashMap<u64, u64>,
+    /// Each flow's id as its last departure named it (for the hints).
+    last_id: std::collections::HashMap<u64, u32>,
+    class_of: std::collections::HashMap<u64, u32>,
+}
+
+impl Traffic {
+    fn new(fields: FieldsFrom) -> Self {
+        Traffic {
+            fields,
+            token: 0,
+            remaining: Default::default(),
+            last_id: Default::default(),
+            class_of: Default::default(),
+        }
+    }
+
+    /// The packet `op` offers at `now`, if it is an `Op::Enqueue`.
+    fn packet(&mut self, op: &Op, now: u64) -> Option<Packet> {
+        let Op::Enqueue {
+            class,
+            flow,
+            len,
+            priority,
+            deadline,
+            slack,
+            remaining: r,
+            pacing_kbit,
+        } = *op
+        else {
+            return None;
+        };
+        let (class, priority, deadline, slack) = match self.fields {
+            FieldsFrom::PerPacket => (class, priority, deadline, slack),
+            // A flow's class too: in another leaf its packets are another flow.
+            FieldsFrom::PerFlow => (
+                *self.class_of.entry(flow).or_insert(class),
+                (flow % 3) as u8,
+                flow * 1_000_003,
+                flow * 999_983,
+            ),
+        };
+        // A flow's remaining size only shrinks (what pFabric assumes of its senders).
+        let rem = self.remaining.entry(flow).or_insert(r + 20_000);
+        *rem = (*rem).saturating_sub(u64::from(len)).max(1);
+        let token = self.token;
+        self.token += 1;
+        // The fast scheduler also gets flow-id hints, right, stale or wrong; the oracle has no
+        // use for them. Hints only save lookups: both must behave the same whatever they say.
+        let flow_id = match token % 4 {
+            0 => None,
+            1 => self.last_id.get(&flow).copied(),
+            2 => Some((token % 7) as u32),
+            _ => Some(u32::MAX),
+        };
+        Some(Packet {
+            token,
+            len,
+            flow,
+            class: Some(class),
+            fields: Fields {
+                priority,
+                deadline: now + deadline,
+                slack,
+                remaining: *rem,
+                pacing_bps: pacing_kbit * 1000,
+            },
+            flow_id,
+            ..Packet::default()
+        })
+    }
+
+    /// A departure: its flow's id is the next hint.
+    fn left(&mut self, d: &Option<Dequeued>) {
+        if let Some(d) = d {
+            self.last_id.insert(d.flow, d.flow_id);
+        }
+    }
+}
+
 fn run(
     gens: &[NodeGen],
     capacity: usize,
@@ -400,13 +486,8 @@ fn run(
     let mut fast = b.build().expect("valid tree");
     let mut slow = OracleTree::new(&b).expect("modelled tree");
     let mut now = 1_000_000_000u64;
-    let mut token = 0u64;
     let mut counted = Counted::default();
-    let mut remaining = std::collections::HashMap::new();
-    // The fast scheduler also gets flow-id hints, right, stale or wrong; the oracle has no
-    // use for them. Hints only save lookups: both must behave the same whatever they say.
-    let mut last_id = std::collections::HashMap::new();
-    let mut class_of = std::collections::HashMap::new();
+    let mut traffic = Traffic::new(fields);
     // Each flow's last departure, with `FieldsFrom::PerFlow`.
     let mut last_token = std::collections::HashMap::new();
     let mut in_order = |d: &Option<sluice_sched::Dequeued>| -> Result<(), TestCaseError> {
@@ -425,50 +506,8 @@ fn run(
     };
     for (step, op) in ops.iter().enumerate() {
         match *op {
-            Op::Enqueue {
-                class,
-                flow,
-                len,
-                priority,
-                deadline,
-                slack,
-                remaining: r,
-                pacing_kbit,
-            } => {
-                let (class, priority, deadline, slack) = match fields {
-                    FieldsFrom::PerPacket => (class, priority, deadline, slack),
-                    // A flow's class too: in another leaf its packets are another flow.
-                    FieldsFrom::PerFlow => (
-                        *class_of.entry(flow).or_insert(class),
-                        (flow % 3) as u8,
-                        flow * 1_000_003,
-                        flow * 999_983,
-                    ),
-                };
-                // A flow's remaining size only shrinks (what pFabric assumes of its senders).
-                let rem = remaining.entry(flow).or_insert(r + 20_000);
-                *rem = (*rem).saturating_sub(u64::from(len)).max(1);
-                let p = Packet {
-                    token,
-                    len,
-                    flow,
-                    class: Some(class),
-                    fields: Fields {
-                        priority,
-                        deadline: now + deadline,
-                        slack,
-                        remaining: *rem,
-                        pacing_bps: pacing_kbit * 1000,
-                    },
-                    flow_id: match token % 4 {
-                        0 => None,
-                        1 => last_id.get(&flow).copied(),
-                        2 => Some((token % 7) as u32),
-                        _ => Some(u32::MAX),
-                    },
-                    ..Packet::default()
-                };
-                token += 1;
+            Op::Enqueue { .. } => {
+                let p = traffic.packet(op, now).expect("an enqueue");
                 let a = fast.enqueue(now, &p).map_err(|r| r.reason);
                 counted.enqueue(&fast, &p, a);
                 let o = slow.enqueue(now, &p);
@@ -477,9 +516,7 @@ fn run(
             Op::Dequeue => {
                 let a = fast.dequeue(now);
                 counted.dequeue(&fast, &a);
-                if let Some(d) = a {
-                    last_id.insert(d.flow, d.flow_id);
-                }
+                traffic.left(&a);
                 in_order(&a)?;
                 let o = slow.dequeue(now);
                 prop_assert_eq!(a, o, "step {}: dequeue at {}", step, now);
@@ -554,6 +591,126 @@ fn run(
     Ok(())
 }
 
+/// How far behind the latest time a call's `now` is: mostly not at all, often by up to 2 ms
+/// (clocks of different cores, timestamps taken before a wait), now and then by up to 2 s
+/// (a clock stepped back; from the start's 1 s, to time 0).
+fn lag() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => Just(0u64), 3 => 0u64..2_000_000, 1 => 0u64..2_000_000_000]
+}
+
+/// `ops` on the tree of `c` alone (no oracle), each call's `now` `lags[step]` behind the
+/// latest time. The scheduler promises such a `now` is safe: nothing panics, nothing is lost
+/// or sent twice, its counters stay true, and every packet leaves once time moves on.
+fn run_with_lagging_clock(c: &Case, lags: &[u64]) -> Result<(), TestCaseError> {
+    let mut s = tree(&c.gens, c.capacity, c.flows, c.shaper, Queues::Generated)
+        .build()
+        .expect("valid tree");
+    let mut latest = 1_000_000_000u64;
+    let mut counted = Counted::default();
+    let mut traffic = Traffic::new(FieldsFrom::PerPacket);
+    let mut accepted = std::collections::HashSet::new();
+    // A departure must be of a packet accepted and not yet sent.
+    let left = |accepted: &mut std::collections::HashSet<u64>, d: &Option<Dequeued>| match d {
+        Some(d) if !accepted.remove(&d.token) => Err(TestCaseError::fail(format!(
+            "token {} left twice or was never accepted",
+            d.token
+        ))),
+        _ => Ok(()),
+    };
+    for (step, (op, lag)) in ops_with(&c.ops, lags).enumerate() {
+        let now = latest.saturating_sub(lag);
+        match *op {
+            Op::Enqueue { .. } => {
+                let p = traffic.packet(op, now).expect("an enqueue");
+                let a = s.enqueue(now, &p).map_err(|r| r.reason);
+                counted.enqueue(&s, &p, a);
+                if a.is_ok() {
+                    accepted.insert(p.token);
+                }
+            }
+            Op::Dequeue => {
+                let d = s.dequeue(now);
+                counted.dequeue(&s, &d);
+                traffic.left(&d);
+                left(&mut accepted, &d)?;
+            }
+            Op::Advance(dt) => latest += dt,
+            Op::SetRate {
+                node,
+                rate_kbit,
+                burst,
+            } => s.set_rate(
+                now,
+                (node % s.node_count()) as NodeId,
+                rate_kbit.map(kbit),
+                burst,
+            ),
+            Op::SetWeight { node, weight } => {
+                s.set_weight((node % s.node_count()) as NodeId, weight);
+            }
+            Op::SetReservation { node, rate_kbit } => {
+                let n = (node % s.node_count()) as NodeId;
+                s.set_reservation(now, n, rate_kbit.map(kbit));
+            }
+            Op::SetFlowRate {
+                class,
+                flow,
+                rate_kbit,
+            } => {
+                let probe = Packet {
+                    class: Some(class),
+                    ..Packet::default()
+                };
+                if let Some(leaf) = s.classify(&probe) {
+                    s.set_flow_rate(now, leaf, flow, rate_kbit.map(kbit));
+                }
+            }
+        }
+        counted.check(&s, false).map_err(|e| {
+            TestCaseError::fail(format!("step {step} at {now} (latest {latest}): {e}"))
+        })?;
+        if let Some(t) = s.next_event(now) {
+            prop_assert!(
+                t >= now.min(latest),
+                "step {}: wake at {} before {}",
+                step,
+                t,
+                now
+            );
+        }
+        s.check();
+    }
+    // Time moves on from the latest: every packet still held leaves, once.
+    let mut now = latest;
+    for _ in 0..100_000 {
+        match s.next_event(now) {
+            None => break,
+            Some(t) => now = now.max(t),
+        }
+        let d = s.dequeue(now);
+        counted.dequeue(&s, &d);
+        left(&mut accepted, &d)?;
+    }
+    prop_assert!(
+        s.is_empty(),
+        "{} held at {} (latest {}), next event {:?}",
+        s.len(),
+        now,
+        latest,
+        s.next_event(now)
+    );
+    prop_assert!(accepted.is_empty(), "never left: {:?}", accepted);
+    counted.check(&s, true)?;
+    s.check();
+    Ok(())
+}
+
+/// `ops` each with its lag (0 once `lags` runs out).
+fn ops_with<'a>(ops: &'a [Op], lags: &'a [u64]) -> impl Iterator<Item = (&'a Op, u64)> {
+    ops.iter()
+        .zip(lags.iter().copied().chain(std::iter::repeat(0)))
+}
+
 /// A random tree, its sizes and shaper, and what happens to it.
 #[derive(Clone, Debug)]
 struct Case {
@@ -595,6 +752,16 @@ proptest! {
     #[test]
     fn no_tree_reorders_a_flow(c in case()) {
         run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerFlow)?;
+    }
+
+    /// A `now` earlier than one already seen, as a host whose clock lags or steps back gives:
+    /// nothing panics, is lost or sent twice, and the counters stay true.
+    #[test]
+    fn a_now_that_goes_back_loses_nothing(
+        c in case(),
+        lags in prop::collection::vec(lag(), 0..300),
+    ) {
+        run_with_lagging_clock(&c, &lags)?;
     }
 }
 

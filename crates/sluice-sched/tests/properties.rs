@@ -2941,6 +2941,32 @@ fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
     }
 }
 
+/// A pacing rate that comes with a packet stamped with a `now` behind the latest (a clock
+/// that lags or stepped back) applies from the latest time seen, as `set_flow_rate` does:
+/// what the gate owes is its lead over that time. (Counted from the packet's `now`, 0 here,
+/// the lead was the whole second since, and slowed 100-fold it held the third packet 99 s.)
+#[test]
+fn a_pacing_rate_that_comes_with_a_lagging_timestamp_applies_from_the_latest_time() {
+    let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", PolicyKind::Fq));
+    for (token, now, mbit) in [(0, S, 100), (1, S, 100), (2, 0, 1)] {
+        let mut p = packet(token, 0, 7, 1500);
+        p.fields.pacing_bps = mbit * 1_000_000;
+        s.enqueue(now, &p).unwrap();
+    }
+    let mut times = Vec::new();
+    let mut now = S;
+    while let Some(t) = s.next_event(now) {
+        now = t.max(now);
+        if let Some(d) = s.dequeue(now) {
+            times.push((d.token, now - S));
+        }
+    }
+    assert_eq!(times.iter().map(|&(t, _)| t).collect::<Vec<_>>(), [0, 1, 2]);
+    // The third once the two packets' 3000 B the gate owed at 1 s (its lead of 240 us at
+    // 100 Mbit/s) are paid at 1 Mbit/s: 24 ms, to within the shaper's slot.
+    assert!(times[2].1.abs_diff(24 * MS) < 1024, "{times:?}");
+}
+
 #[test]
 fn edf_and_lstf_keep_their_order_after_a_far_or_past_rank() {
     // A deadline 10 s ahead (or u64::MAX, or 0) reached an empty queue first: the queue's
