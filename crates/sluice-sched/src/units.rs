@@ -164,9 +164,11 @@ impl Rate {
         u64::try_from(self.tx_time_fp(bytes) >> 32).unwrap_or(u64::MAX)
     }
 
-    /// Bytes sent in `ns` nanoseconds at this rate (rounded down).
+    /// Bytes sent in `ns` nanoseconds at this rate (rounded down; `u64::MAX` for more, 47
+    /// years at 100 Gbit/s).
     pub fn bytes_in(self, ns: u64) -> u64 {
-        (u128::from(ns) * u128::from(self.0.get()) / 8_000_000_000) as u64
+        u64::try_from(u128::from(ns) * u128::from(self.0.get()) / 8_000_000_000)
+            .unwrap_or(u64::MAX)
     }
 
     /// Parse `10Mbit`, `1.5Gbit`, `250kbit`, `1e9bit`, with an optional `/s` or `ps`.
@@ -178,12 +180,13 @@ impl Rate {
             what: "rate",
             expected: EXPECTED,
         };
-        let t = text.trim();
-        let t = t
+        // Units in any case, the `/s` or `ps` too (`10MBITPS` as `10MBIT`).
+        let lower = text.trim().to_ascii_lowercase();
+        let lower = lower
             .strip_suffix("/s")
-            .or_else(|| t.strip_suffix("ps"))
-            .unwrap_or(t);
-        let lower = t.to_ascii_lowercase();
+            .or_else(|| lower.strip_suffix("ps"))
+            .unwrap_or(&lower)
+            .trim_end();
         let (number, scale) = [
             ("tbit", 1_000_000_000_000),
             ("gbit", 1_000_000_000),
@@ -513,6 +516,22 @@ mod tests {
         assert_eq!(Rate::parse("1Tbit").unwrap().bps(), 1_000_000_000_000);
         assert_eq!(Rate::parse(" 100 Mbit ").unwrap().bps(), 100_000_000);
         assert_eq!(Rate::parse("1e9bit").unwrap().bps(), 1_000_000_000);
+        // Units in any case, the per-second suffix too.
+        for text in ["10Mbitps", "10MBITPS", "10Mbit/S", "10mbit/s", "10 MBit PS"] {
+            assert_eq!(Rate::parse(text).map(Rate::bps), Ok(10_000_000), "{text}");
+        }
+    }
+
+    #[test]
+    fn bytes_in_rounds_down_and_saturates() {
+        // 8 Mbit/s: a byte per microsecond.
+        assert_eq!(Rate::mbit(8).bytes_in(1_000_000), 1_000);
+        assert_eq!(Rate::mbit(8).bytes_in(1_999_999), 1_999);
+        assert_eq!(Rate::from_bps(7).unwrap().bytes_in(1_000_000_000), 0);
+        assert_eq!(Rate::from_bps(9).unwrap().bytes_in(1_000_000_000), 1);
+        // 2^64 ns at 2^63 - 1 bit/s is about 2^124 bytes.
+        let fastest = Rate::from_bps(MAX_RATE_BPS).unwrap();
+        assert_eq!(fastest.bytes_in(u64::MAX), u64::MAX);
     }
 
     #[test]
