@@ -39,7 +39,10 @@ pub struct Fields {
     pub remaining: u64,
     /// The flow's own pacing rate in bit/s (Carousel: 2 cwnd / RTT), 0 = not given: the flow
     /// keeps the rate its packets last gave (as a socket keeps its pacing rate), or its leaf's
-    /// `flow_rate` if none did. The leaf's `flow_rate` caps it (Linux fq's maxrate).
+    /// `flow_rate` if none did. The leaf's `flow_rate` caps it (Linux fq's maxrate). The rate
+    /// is kept with the flow's entry in the flow table: a flow reclaimed for a new one (idle,
+    /// its gate's burst whole again) comes back as a new flow would, so a host whose flows
+    /// may be reclaimed gives the rate with every packet, as a socket's skb carries it to fq.
     pub pacing_bps: u64,
 }
 

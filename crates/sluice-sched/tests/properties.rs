@@ -2941,6 +2941,41 @@ fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
     }
 }
 
+/// Packets that give no pacing rate keep the flow at the rate its packets last gave, while
+/// the flow is in the flow table: over an idle gap too, and under a leaf's higher
+/// `flow_rate`.
+#[test]
+fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
+    for flow_rate in [None, Some(Rate::gbit(1))] {
+        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
+        leaf.flow_rate = flow_rate;
+        let mut s = one_leaf(cfg(100), leaf);
+        let mut p = packet(0, 0, 7, 1500);
+        p.fields.pacing_bps = 12_000_000; // 1500 B per ms
+        s.enqueue(S, &p).unwrap();
+        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        // Idle for a second, then five packets with no rate of their own.
+        for t in 1..=5 {
+            s.enqueue(2 * S, &packet(t, 0, 7, 1500)).unwrap();
+        }
+        let mut times = Vec::new();
+        let mut now = 2 * S;
+        while let Some(t) = s.next_event(now) {
+            now = t.max(now);
+            if let Some(d) = s.dequeue(now) {
+                times.push((d.token, now - 2 * S));
+            }
+        }
+        // The first at once (the gate's burst is the one packet), then 1 ms apart, to within
+        // the shaper's slot.
+        assert_eq!(times.len(), 5, "{flow_rate:?}: {times:?}");
+        for (i, &(token, at)) in times.iter().enumerate() {
+            assert_eq!(token, i as u64 + 1);
+            assert!(at.abs_diff(i as u64 * MS) < 1024, "{flow_rate:?}: {times:?}");
+        }
+    }
+}
+
 /// A pacing rate that comes with a packet stamped with a `now` behind the latest (a clock
 /// that lags or stepped back) applies from the latest time seen, as `set_flow_rate` does:
 /// what the gate owes is its lead over that time. (Counted from the packet's `now`, 0 here,
