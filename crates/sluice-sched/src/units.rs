@@ -167,8 +167,7 @@ impl Rate {
     /// Bytes sent in `ns` nanoseconds at this rate (rounded down; `u64::MAX` for more, 47
     /// years at 100 Gbit/s).
     pub fn bytes_in(self, ns: u64) -> u64 {
-        u64::try_from(u128::from(ns) * u128::from(self.0.get()) / 8_000_000_000)
-            .unwrap_or(u64::MAX)
+        u64::try_from(u128::from(ns) * u128::from(self.0.get()) / 8_000_000_000).unwrap_or(u64::MAX)
     }
 
     /// Parse `10Mbit`, `1.5Gbit`, `250kbit`, `1e9bit`, with an optional `/s` or `ps`.

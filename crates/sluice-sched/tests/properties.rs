@@ -2971,7 +2971,10 @@ fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
         assert_eq!(times.len(), 5, "{flow_rate:?}: {times:?}");
         for (i, &(token, at)) in times.iter().enumerate() {
             assert_eq!(token, i as u64 + 1);
-            assert!(at.abs_diff(i as u64 * MS) < 1024, "{flow_rate:?}: {times:?}");
+            assert!(
+                at.abs_diff(i as u64 * MS) < 1024,
+                "{flow_rate:?}: {times:?}"
+            );
         }
     }
 }

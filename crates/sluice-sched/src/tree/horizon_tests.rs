@@ -171,3 +171,38 @@ fn a_release_beyond_the_horizon_keeps_its_time_when_the_rate_changes() {
         }
     }
 }
+
+/// Several releases beyond the horizon that come due while the host sleeps leave in the order
+/// of their times, not in the order they were filed: three flows paced at 1, 2 and 0.5 Mbit/s
+/// (their second packets due 12, 6 and 24 ms after their first, every one beyond the 1 ms
+/// horizon), found by a host that wakes 1 s later.
+#[test]
+fn releases_beyond_the_horizon_due_at_once_leave_in_the_order_of_their_times() {
+    let mut b = TreeBuilder::new(short_horizon());
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+    b.default_leaf(leaf);
+    let mut s = b.build().expect("a valid tree");
+    let flows = [(1u64, 1_000_000u64), (2, 2_000_000), (3, 500_000)];
+    for round in 0..2 {
+        for &(flow, bps) in &flows {
+            let mut p = packet(10 * flow + round, 1500);
+            p.flow = flow;
+            p.fields.pacing_bps = bps;
+            s.enqueue(START, &p).expect("room");
+        }
+    }
+    let first: Vec<u64> = (0..3)
+        .filter_map(|_| s.dequeue(START))
+        .map(|d| d.token)
+        .collect();
+    assert_eq!(first, [10, 20, 30]);
+    assert_eq!(s.dequeue(START), None);
+    let late = START + 1000 * MS;
+    let second: Vec<u64> = (0..3)
+        .filter_map(|_| s.dequeue(late))
+        .map(|d| d.token)
+        .collect();
+    // 2 Mbit/s's first (6 ms), then 1 Mbit/s's (12 ms), then 0.5 Mbit/s's (24 ms).
+    assert_eq!(second, [21, 11, 31]);
+    assert_eq!(s.stats().clamped, 3, "{:?}", s.stats());
+}
