@@ -1,25 +1,32 @@
 //! The scheduler does not allocate after construction: packets, flows, shaper records and every
 //! queue are reserved up front. A counting global allocator watches a long random run.
 
+use sluice_queue::Overflow;
 use sluice_sched::classify::Match;
-use sluice_sched::{NodeSpec, Packet, PolicyKind, Rate, SchedConfig, TreeBuilder};
+use sluice_sched::{
+    NodeSpec, Packet, PolicyKind, Rate, RejectReason, SchedConfig, ShaperConfig, TreeBuilder,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
-    /// Count only this thread's calls: the test harness's own threads may allocate meanwhile,
-    /// which says nothing about the scheduler.
-    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Count only this thread's calls: the test harness's own threads, and the other tests
+    /// running beside this one, may allocate meanwhile, which says nothing about its scheduler.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
 }
 
 fn count() {
     if COUNTING.with(|c| c.get()) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        ALLOCS.with(|a| a.set(a.get() + 1));
     }
+}
+
+/// This thread's allocations so far (while it counts).
+fn allocations() -> u64 {
+    ALLOCS.with(|a| a.get())
 }
 
 // SAFETY: every call is forwarded unchanged to the system allocator; we only count calls.
@@ -102,9 +109,9 @@ fn no_allocation_per_packet_after_construction() {
     };
     // Warm up: let every slab and table reach its steady use.
     run(&mut s, 20_000);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocations();
     run(&mut s, 100_000);
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = allocations();
     assert_eq!(
         after,
         before,
@@ -113,4 +120,93 @@ fn no_allocation_per_packet_after_construction() {
     );
     assert!(s.stats().enqueued > 100_000);
     assert!(s.stats().flows_reclaimed > 50_000);
+}
+
+/// The paths a plain run seldom takes do not allocate either: releases beyond the shaper's
+/// horizon (filed at its end again and again, or refused), pacing rates that come with the
+/// packets, and rates, weights, reservations and flow rates changed at run time.
+#[test]
+fn no_allocation_beyond_the_horizon_or_on_run_time_changes() {
+    COUNTING.with(|c| c.set(true));
+    for beyond_horizon in [Overflow::Clamp, Overflow::Reject] {
+        // A 1 ms horizon: a 1500 B packet at under 12 Mbit/s waits beyond it.
+        let mut b = TreeBuilder::new(SchedConfig {
+            capacity: 1024,
+            flows: 64,
+            max_packet: 9000,
+            shaper: ShaperConfig {
+                slot_ns: 1024,
+                slots: 1024,
+                beyond_horizon,
+                ..ShaperConfig::default()
+            },
+        });
+        let root = b.root(NodeSpec::new("root", PolicyKind::Htb).rate(Rate::gbit(1), 30_000));
+        let mut fq = NodeSpec::new("fq", PolicyKind::Fq);
+        fq.flow_rate = Some(Rate::mbit(50));
+        let mut hclock = NodeSpec::new("hclock", PolicyKind::HClock).rate(Rate::mbit(5), 1500);
+        hclock.member.reservation = Some(Rate::mbit(2));
+        hclock.flows.reservation = Rate::new(500_000);
+        let leaves = [
+            b.child(root, fq),
+            b.child(root, hclock),
+            b.child(root, NodeSpec::new("wfq", PolicyKind::Wfq).weight(2)),
+        ];
+        for (i, &l) in leaves.iter().enumerate() {
+            b.rule(vec![Match::Class(i as u32)], l);
+        }
+        let mut s = b.build().unwrap();
+        let mut rng = sluice_queue::workload::Rng::new(9);
+        let mut now = 1_000_000_000u64;
+        let mut run = |s: &mut sluice_sched::Scheduler, steps: u64| {
+            for token in 0..steps {
+                let class = (rng.next_u64() % 3) as u32;
+                let mut p = Packet {
+                    token,
+                    len: 64 + (rng.next_u64() % 3000) as u32,
+                    flow: rng.next_u64() % 100,
+                    class: Some(class),
+                    ..Packet::default()
+                };
+                // Some flows paced by their packets, from 100 kbit/s (120 ms per 1500 B).
+                if p.flow % 3 == 0 {
+                    p.fields.pacing_bps = 100_000 + rng.next_u64() % 20_000_000;
+                }
+                let _ = s.enqueue(now, &p);
+                let _ = s.dequeue(now);
+                let leaf = leaves[class as usize];
+                let rate = Rate::new(100_000 + rng.next_u64() % 100_000_000);
+                match token % 500 {
+                    0 => s.set_rate(now, leaf, rate, rng.next_u64() % 20_000),
+                    100 => {
+                        s.set_weight(leaf, 1 + (rng.next_u64() % 8) as u32);
+                    }
+                    200 => {
+                        s.set_reservation(now, leaf, rate);
+                    }
+                    300 => {
+                        s.set_flow_rate(now, leaf, p.flow, rate);
+                    }
+                    400 => s.set_rate(now, root, Rate::new(rng.next_u64() % 2_000_000_000), 30_000),
+                    _ => {}
+                }
+                now += rng.next_u64() % 200_000;
+            }
+        };
+        run(&mut s, 20_000);
+        let before = allocations();
+        run(&mut s, 100_000);
+        let after = allocations();
+        assert_eq!(
+            after,
+            before,
+            "{beyond_horizon:?}: {} allocations during 100k packets",
+            after - before
+        );
+        let stats = s.stats();
+        assert!(stats.clamped > 1000, "{beyond_horizon:?}: {stats:?}");
+        let refused = stats.rejected[RejectReason::BeyondHorizon as usize];
+        assert_eq!(refused > 0, beyond_horizon == Overflow::Reject, "{stats:?}");
+        assert!(stats.dequeued > 50_000, "{beyond_horizon:?}: {stats:?}");
+    }
 }
