@@ -2980,29 +2980,40 @@ fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
 }
 
 /// A pacing rate that comes with a packet stamped with a `now` behind the latest (a clock
-/// that lags or stepped back) applies from the latest time seen, as `set_flow_rate` does:
-/// what the gate owes is its lead over that time. (Counted from the packet's `now`, 0 here,
-/// the lead was the whole second since, and slowed 100-fold it held the third packet 99 s.)
+/// that lags or stepped back), or one set by `set_flow_rate` at such a `now`, applies from
+/// the latest time seen: what the gate owes is its lead over that time. (Counted from the
+/// packet's `now`, 0 here, the lead was the whole second since, and slowed 100-fold it held
+/// the third packet 99 s.)
 #[test]
-fn a_pacing_rate_that_comes_with_a_lagging_timestamp_applies_from_the_latest_time() {
-    let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", PolicyKind::Fq));
-    for (token, now, mbit) in [(0, S, 100), (1, S, 100), (2, 0, 1)] {
-        let mut p = packet(token, 0, 7, 1500);
-        p.fields.pacing_bps = mbit * 1_000_000;
-        s.enqueue(now, &p).unwrap();
-    }
-    let mut times = Vec::new();
-    let mut now = S;
-    while let Some(t) = s.next_event(now) {
-        now = t.max(now);
-        if let Some(d) = s.dequeue(now) {
-            times.push((d.token, now - S));
+fn a_pacing_rate_given_at_a_lagging_timestamp_applies_from_the_latest_time() {
+    for by_call in [false, true] {
+        let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", PolicyKind::Fq));
+        for token in 0..2 {
+            let mut p = packet(token, 0, 7, 1500);
+            p.fields.pacing_bps = 100_000_000;
+            s.enqueue(S, &p).unwrap();
         }
+        let mut p = packet(2, 0, 7, 1500);
+        if by_call {
+            assert!(s.set_flow_rate(0, 0, 7, Some(Rate::mbit(1))));
+        } else {
+            p.fields.pacing_bps = 1_000_000;
+        }
+        s.enqueue(0, &p).unwrap();
+        let mut times = Vec::new();
+        let mut now = S;
+        while let Some(t) = s.next_event(now) {
+            now = t.max(now);
+            if let Some(d) = s.dequeue(now) {
+                times.push((d.token, now - S));
+            }
+        }
+        let order: Vec<u64> = times.iter().map(|&(t, _)| t).collect();
+        assert_eq!(order, [0, 1, 2], "by call: {by_call}");
+        // The third once the two packets' 3000 B the gate owed at 1 s (its lead of 240 us at
+        // 100 Mbit/s) are paid at 1 Mbit/s: 24 ms, to within the shaper's slot.
+        assert!(times[2].1.abs_diff(24 * MS) < 1024, "by call {by_call}: {times:?}");
     }
-    assert_eq!(times.iter().map(|&(t, _)| t).collect::<Vec<_>>(), [0, 1, 2]);
-    // The third once the two packets' 3000 B the gate owed at 1 s (its lead of 240 us at
-    // 100 Mbit/s) are paid at 1 Mbit/s: 24 ms, to within the shaper's slot.
-    assert!(times[2].1.abs_diff(24 * MS) < 1024, "{times:?}");
 }
 
 #[test]
