@@ -1365,7 +1365,9 @@ impl Scheduler {
     /// owes then is paid at the new rate ([`Gate::set_rate`]). Packets waiting at the gate keep
     /// their place: they pass when the one in the shaper is released, at the time it was
     /// given (those after it are stamped at the new rate, or pass at once without one), and
-    /// packets that arrive meanwhile wait behind them.
+    /// packets that arrive meanwhile wait behind them. A new burst counts from the gate's last
+    /// packet: once the gate has been idle for the burst's time, it may send the whole burst
+    /// at once, as a token bucket refilled to its new size.
     pub fn set_rate(&mut self, now: u64, n: NodeId, rate: Option<Rate>, burst: u64) {
         self.clock = self.clock.max(now);
         let burst = burst.min(crate::config::MAX_SIZE);

@@ -1271,12 +1271,62 @@ fn flow_pacing_holds_each_flows_rate() {
     }
 }
 
+/// A train of 200 packets of 1000 B offered at once to `s` at `t0`: when each left.
+fn train(s: &mut Scheduler, t0: u64) -> Vec<(u64, u64)> {
+    for t in 0..200 {
+        s.enqueue(t0, &packet(100 + t, 0, 1, 1000)).unwrap();
+    }
+    let mut sent = Vec::new();
+    let mut now = t0;
+    while sent.len() < 200 {
+        match s.dequeue(now) {
+            Some(d) => sent.push((now, u64::from(d.len))),
+            None => now = s.next_event(now).unwrap().max(now + 1),
+        }
+    }
+    sent
+}
+
+/// `sent`, a train that started at `t0` through a gate of `rate` and `burst`, never went
+/// faster than the gate allows: in any window of length w, at most burst + one packet + rate
+/// * w bytes (plus one shaper slot of rounding); right at t0, at most the burst and the packet
+/// that crosses it. Also that it was a burst: at least `burst` at once.
+fn assert_within_burst(sent: &[(u64, u64)], t0: u64, rate: Rate, burst: u64) {
+    let slot = 1024;
+    for i in 0..sent.len() {
+        let mut bytes = 0;
+        for &(at, len) in &sent[i..] {
+            bytes += len;
+            let w = at - sent[i].0 + slot;
+            let allowed = burst + 1000 + rate.bytes_in(w);
+            assert!(
+                bytes <= allowed,
+                "{rate}, burst {burst}: {bytes} B within {w} ns, allowed {allowed}"
+            );
+        }
+    }
+    let at_once: u64 = sent
+        .iter()
+        .filter(|(at, _)| *at == t0)
+        .map(|(_, l)| l)
+        .sum();
+    assert!(
+        (burst..=burst + 1000).contains(&at_once),
+        "{rate}, burst {burst}: {at_once} B at once after idle"
+    );
+}
+
+/// No train after an idle period goes out faster than the gate's burst allows, at low and
+/// high rates, with the burst it was built with and with one changed at run time (raised
+/// and lowered; a raise counts from the gate's last packet, so after the idle period it is
+/// whole at once, as a token bucket refilled to its new size).
 #[test]
 fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
-    for (rate, burst) in [
-        (Rate::from_bps(64_000).unwrap(), 0u64),
-        (Rate::mbit(10), 15_000),
-        (Rate::gbit(1), 64_000),
+    for (rate, burst, changed) in [
+        (Rate::from_bps(64_000).unwrap(), 0u64, 3000),
+        (Rate::mbit(10), 15_000, 0),
+        (Rate::gbit(1), 64_000, 150_000),
+        (Rate::gbit(1), 64_000, 2000),
     ] {
         let mut b = TreeBuilder::new(SchedConfig {
             shaper: ShaperConfig {
@@ -1299,42 +1349,14 @@ fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
             s.dequeue(now);
         }
         let t0 = now + 100 * S;
-        for t in 0..200 {
-            s.enqueue(t0, &packet(100 + t, 0, 1, 1000)).unwrap();
-        }
-        let mut sent = Vec::new();
-        let mut now = t0;
-        while sent.len() < 200 {
-            match s.dequeue(now) {
-                Some(d) => sent.push((now, u64::from(d.len))),
-                None => now = s.next_event(now).unwrap().max(now + 1),
-            }
-        }
-        // In any window of length w after t0: at most burst + one packet + rate * w bytes
-        // (plus one shaper slot of rounding).
-        let slot = 1024;
-        for i in 0..sent.len() {
-            let mut bytes = 0;
-            for &(at, len) in &sent[i..] {
-                bytes += len;
-                let w = at - sent[i].0 + slot;
-                let allowed = burst + 1000 + rate.bytes_in(w);
-                assert!(
-                    bytes <= allowed,
-                    "{rate}: {bytes} B within {w} ns, allowed {allowed}"
-                );
-            }
-        }
-        // And right at t0, no more than the burst (plus the packet that crosses it).
-        let at_once: u64 = sent
-            .iter()
-            .filter(|(at, _)| *at == t0)
-            .map(|(_, l)| l)
-            .sum();
-        assert!(
-            at_once <= burst + 1000,
-            "{rate}: {at_once} B at once after idle"
-        );
+        let sent = train(&mut s, t0);
+        assert_within_burst(&sent, t0, rate, burst);
+        // The burst changed while the gate is busy, then a long idle period and a train.
+        let last = sent.last().map_or(t0, |&(at, _)| at);
+        s.set_rate(last, root, Some(rate), changed);
+        let t1 = last + 100 * S;
+        let sent = train(&mut s, t1);
+        assert_within_burst(&sent, t1, rate, changed);
     }
 }
 
@@ -3012,7 +3034,10 @@ fn a_pacing_rate_given_at_a_lagging_timestamp_applies_from_the_latest_time() {
         assert_eq!(order, [0, 1, 2], "by call: {by_call}");
         // The third once the two packets' 3000 B the gate owed at 1 s (its lead of 240 us at
         // 100 Mbit/s) are paid at 1 Mbit/s: 24 ms, to within the shaper's slot.
-        assert!(times[2].1.abs_diff(24 * MS) < 1024, "by call {by_call}: {times:?}");
+        assert!(
+            times[2].1.abs_diff(24 * MS) < 1024,
+            "by call {by_call}: {times:?}"
+        );
     }
 }
 
