@@ -3289,6 +3289,50 @@ fn reserved_beside_heavy(policy: PolicyKind) -> (Scheduler, NodeId) {
     )
 }
 
+/// A reservation set at run time far slower than any the node was built with puts its tag
+/// past its bucketed reservation queue's window (sized from the reservations it was built
+/// with) beside another reserved class: it is counted as clamped, and both classes still get
+/// their weighted shares. (Each reservation is below its class's share, before and after, so
+/// no share tag runs ahead of the others' and the share queue clamps nothing; a tag alone in
+/// a queue is never clamped, the queue follows it.)
+#[test]
+fn a_reservation_slower_than_the_queue_was_sized_for_is_counted_as_clamped() {
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let mut root = NodeSpec::new("root", policy);
+        root.queue = QueueChoice::Kind {
+            kind: sluice_queue::QueueKind::Cffs,
+            buckets: None,
+            granularity: None,
+        };
+        let (mut s, a) = two_leaves(
+            root,
+            NodeSpec::new("a", PolicyKind::Fifo)
+                .weight(9)
+                .reservation(Rate::mbit(300)),
+            NodeSpec::new("c", PolicyKind::Fifo)
+                .weight(1)
+                .reservation(Rate::mbit(50)),
+        );
+        let mut host = Host::new();
+        let flows = [(0, 0, 1500), (1, 1, 1500)];
+        let link = Some(Rate::gbit(1));
+        host.run(&mut s, &flows, 4, link, S, 2 * S);
+        assert_eq!(s.stats().ranks_clamped, 0, "{policy:?}");
+        // 10 bit/s: 1500 B take 20 minutes, far past a window sized for 300 Mbit/s.
+        assert!(s.set_reservation(2 * S, a, Rate::new(10)));
+        let after = host.run(&mut s, &flows, 4, link, 2 * S, 3 * S);
+        assert!(s.stats().ranks_clamped > 0, "{policy:?}: {:?}", s.stats());
+        // Weights 9 and 1 on 1 Gbit/s: 900 and 100 Mbit/s.
+        for (class, want) in [(0, 900.0), (1, 100.0)] {
+            let got = mbit_in(&after, class, 2 * S + S / 10, S * 9 / 10);
+            assert!(
+                (got - want).abs() < 2.0,
+                "{policy:?}: class {class} {got:.1}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
     for policy in [PolicyKind::HClock, PolicyKind::Htb] {
