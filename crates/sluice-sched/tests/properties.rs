@@ -1288,9 +1288,9 @@ fn train(s: &mut Scheduler, t0: u64) -> Vec<(u64, u64)> {
 }
 
 /// `sent`, a train that started at `t0` through a gate of `rate` and `burst`, never went
-/// faster than the gate allows: in any window of length w, at most burst + one packet + rate
-/// * w bytes (plus one shaper slot of rounding); right at t0, at most the burst and the packet
-/// that crosses it. Also that it was a burst: at least `burst` at once.
+/// faster than the gate allows: in any window of length w, at most the burst, a packet and
+/// what the rate sends in w (plus one shaper slot of rounding); right at t0, at most the
+/// burst and the packet that crosses it. Also that it was a burst: at least `burst` at once.
 fn assert_within_burst(sent: &[(u64, u64)], t0: u64, rate: Rate, burst: u64) {
     let slot = 1024;
     for i in 0..sent.len() {
@@ -3356,6 +3356,38 @@ fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
             assert!(
                 (got - want).abs() < want * 0.02,
                 "{policy:?}, weight raised {raise_weight}: {got:.1} Mbit/s, want {want}"
+            );
+        }
+    }
+}
+
+/// A sibling's weight lowered at run time, which raises a reserved member's weighted share
+/// above its reservation, forgives nothing (docs/policy-files.md): the member keeps its
+/// reservation until the sibling has caught up with its lead, then gets its new share.
+/// Weights 1 and 9 on 1 Gbit/s with a 300 Mbit/s reservation for the first: 300 / 700 for
+/// 2 s, in which the first ran ahead of the second by 300 / 1 - 700 / 9 = 222 Mbit/s per
+/// unit of weight, a lead of 444 Mbit. The second's weight lowered to 1, it closes that at
+/// 700 / 1 - 300 / 1 = 400 Mbit/s: 300 / 700 for 1.1 s more, then 500 / 500.
+#[test]
+fn a_siblings_weight_lowered_at_run_time_forgives_a_reserved_lead_nothing() {
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let (mut s, _) = reserved_beside_heavy(policy);
+        let c = s
+            .classify(&packet(0, 1, 0, 1500))
+            .expect("class 1 has a leaf");
+        let mut host = Host::new();
+        let flows = [(0, 0, 1500), (1, 1, 1500)];
+        let link = Some(Rate::gbit(1));
+        let before = host.run(&mut s, &flows, 4, link, S, 3 * S);
+        let reserved = mbit_in(&before, 0, S + 10 * MS, 2 * S - 10 * MS);
+        assert!((reserved - 300.0).abs() < 3.0, "{policy:?}: {reserved:.1}");
+        assert!(s.set_weight(c, 1));
+        let after = host.run(&mut s, &flows, 0, link, 3 * S, 6 * S);
+        for (start, len, want) in [(3 * S + 10 * MS, S, 300.0), (4 * S + 200 * MS, S, 500.0)] {
+            let got = mbit_in(&after, 0, start, len);
+            assert!(
+                (got - want).abs() < want * 0.02,
+                "{policy:?} from {start}: {got:.1} Mbit/s, want {want}"
             );
         }
     }
