@@ -156,6 +156,20 @@ pub fn capped(own: Rate, cap: Option<Rate>) -> Rate {
     cap.map_or(own, |c| own.min(c))
 }
 
+/// The rate a packet's `pacing_bps` gives its flow at a leaf whose `flow_rate` is `cap`:
+/// none for 0 (not given: the flow keeps the rate it has), else at most `cap`. A rate beyond
+/// the largest (2^63 bit/s or more, such as Linux's `~0UL` for a socket not paced) asks for no
+/// pacing of the flow's own: the leaf's `flow_rate`, or the largest rate if it has none.
+/// (Read as not given, it kept the rate the flow's packets had given before.)
+#[inline]
+pub fn own_rate(pacing_bps: u64, cap: Option<Rate>) -> Option<Rate> {
+    match Rate::new(pacing_bps) {
+        Some(r) => Some(capped(r, cap)),
+        None if pacing_bps == 0 => None,
+        None => Some(cap.unwrap_or(Rate::MAX)),
+    }
+}
+
 /// A leaf's `flow_rate` (rate and burst) split into the cap [`capped`] takes and the burst a
 /// flow's gate gets there (0 without one).
 #[inline]

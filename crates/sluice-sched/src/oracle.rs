@@ -18,7 +18,7 @@
 use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
 use crate::flow::RECLAIM_TRIES;
-use crate::gate::{Gate, capped, leaf_cap};
+use crate::gate::{Gate, capped, leaf_cap, own_rate};
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
@@ -199,7 +199,7 @@ impl OracleTree {
         }
         self.release_due(now);
         let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
-        let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
+        let own = own_rate(p.fields.pacing_bps, cap);
         // Asked before anything changes (same contract as the scheduler's).
         if self.beyond_reject {
             let gate = self.by_key.get(&(p.flow, leaf)).and_then(|&id| {

@@ -42,7 +42,7 @@
 use crate::builder::Horizon;
 use crate::classify::{Classifier, RuleIndex};
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
-use crate::gate::{Gate, GateLine, capped, leaf_cap};
+use crate::gate::{Gate, GateLine, capped, leaf_cap, own_rate};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
 use crate::units::Rate;
@@ -573,7 +573,7 @@ impl Scheduler {
         // Let time pass first: releases what is due and moves the shaper's front to `now`.
         self.release_due(now);
         let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
-        let own = Rate::new(p.fields.pacing_bps).map(|r| capped(r, cap));
+        let own = own_rate(p.fields.pacing_bps, cap);
         if self.beyond_horizon == Overflow::Reject && self.refused_beyond_horizon(p, leaf, own, now)
         {
             return self.reject(RejectReason::BeyondHorizon, p.token);

@@ -53,6 +53,9 @@ pub enum UnitError {
 }
 
 impl Rate {
+    /// The largest rate: [`MAX_RATE_BPS`].
+    pub const MAX: Rate = checked(MAX_RATE_BPS);
+
     /// A rate of `bps` bits per second, if `1 <= bps < 2^63` (no allocation: for hot paths).
     #[inline]
     pub fn new(bps: u64) -> Option<Rate> {

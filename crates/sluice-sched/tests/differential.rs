@@ -203,7 +203,7 @@ fn change() -> impl Strategy<Value = Op> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0u32..8, 0u64..12, prop_oneof![Just(1500u32), 40u32..9000], 0u8..4, 0u64..10_000_000, 0u64..5_000_000, 1u64..10_000_000, prop_oneof![8 => Just(0u64), 1 => 100u64..100_000])
+        6 => (0u32..8, 0u64..12, prop_oneof![Just(1500u32), 40u32..9000], 0u8..4, 0u64..10_000_000, 0u64..5_000_000, 1u64..10_000_000, prop_oneof![16 => Just(0u64), 2 => 100u64..100_000, 1 => Just(u64::MAX)])
             .prop_map(|(class, flow, len, priority, deadline, slack, remaining, pacing_kbit)| Op::Enqueue { class, flow, len, priority, deadline, slack, remaining, pacing_kbit }),
         5 => Just(Op::Dequeue),
         2 => (0u64..2_000_000).prop_map(Op::Advance),
@@ -460,7 +460,7 @@ impl Traffic {
                 deadline: now + deadline,
                 slack,
                 remaining: *rem,
-                pacing_bps: pacing_kbit * 1000,
+                pacing_bps: pacing_kbit.saturating_mul(1000),
             },
             flow_id,
             ..Packet::default()

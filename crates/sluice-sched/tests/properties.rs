@@ -3001,6 +3001,44 @@ fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
     }
 }
 
+/// A pacing rate of 2^63 bit/s or more (`u64::MAX`, as Linux's `~0UL` for a socket not
+/// paced) takes the flow's own rate away: its packets go unpaced, or at the leaf's
+/// `flow_rate` if it has one. (Read as no rate given, they kept the 1500 B per ms the
+/// flow's first packet had asked for.)
+#[test]
+fn a_pacing_rate_beyond_the_largest_means_no_pacing_of_the_flows_own() {
+    for (flow_rate, gap) in [(None, 0), (Some(Rate::mbit(24)), MS / 2)] {
+        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
+        leaf.flow_rate = flow_rate;
+        let mut s = one_leaf(cfg(100), leaf);
+        let mut p = packet(0, 0, 7, 1500);
+        p.fields.pacing_bps = 12_000_000; // 1500 B per ms
+        s.enqueue(S, &p).unwrap();
+        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        for t in 1..=4 {
+            let mut p = packet(t, 0, 7, 1500);
+            p.fields.pacing_bps = u64::MAX;
+            s.enqueue(S + MS, &p).unwrap();
+        }
+        let mut times = Vec::new();
+        let mut now = S + MS;
+        while let Some(t) = s.next_event(now) {
+            now = t.max(now);
+            if let Some(d) = s.dequeue(now) {
+                times.push((d.token, now - S - MS));
+            }
+        }
+        assert_eq!(times.len(), 4, "{flow_rate:?}: {times:?}");
+        for (i, &(token, at)) in times.iter().enumerate() {
+            assert_eq!(token, i as u64 + 1);
+            assert!(
+                at.abs_diff(i as u64 * gap) < 1024,
+                "{flow_rate:?}: {times:?}"
+            );
+        }
+    }
+}
+
 /// A pacing rate that comes with a packet stamped with a `now` behind the latest (a clock
 /// that lags or stepped back), or one set by `set_flow_rate` at such a `now`, applies from
 /// the latest time seen: what the gate owes is its lead over that time. (Counted from the
