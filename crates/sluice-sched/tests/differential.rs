@@ -602,10 +602,47 @@ fn lag() -> impl Strategy<Value = u64> {
     prop_oneof![8 => Just(0u64), 3 => 0u64..2_000_000, 1 => 0u64..2_000_000_000]
 }
 
-/// `ops` on the tree of `c` alone (no oracle), each call's `now` `lags[step]` behind the
-/// latest time. The scheduler promises such a `now` is safe: nothing panics, nothing is lost
-/// or sent twice, its counters stay true, and every packet leaves once time moves on.
-fn run_with_lagging_clock(c: &Case, lags: &[u64]) -> Result<(), TestCaseError> {
+/// A packet's length and ranking fields as a host may give them, with no regard for what
+/// makes sense: any priority, deadline, slack and remaining size (0 and `u64::MAX` among
+/// them), lengths past `max_packet`, and pacing rates of none, the largest and beyond it.
+/// (Pacing rates stay at 100 kbit/s or more so that the drain ends within the test's steps.)
+fn wild_packet() -> impl Strategy<Value = (u32, Fields)> {
+    let any_time = prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()];
+    (
+        prop_oneof![1u32..100_000, Just(9001u32)],
+        any::<u8>(),
+        any_time.clone(),
+        any_time.clone(),
+        any_time,
+        prop_oneof![
+            Just(0u64),
+            Just(u64::MAX),
+            Just(1 << 63),
+            100_000u64..(1 << 63)
+        ],
+    )
+        .prop_map(|(len, priority, deadline, slack, remaining, pacing_bps)| {
+            let fields = Fields {
+                priority,
+                deadline,
+                slack,
+                remaining,
+                pacing_bps,
+            };
+            (len, fields)
+        })
+}
+
+/// `ops` on the tree of `c` alone (no oracle), as a careless host may call it: each call's
+/// `now` `lags[step]` behind the latest time, and each packet's length and fields replaced by
+/// `wild[step]` where that is `Some`. The scheduler promises such a host is safe: nothing
+/// panics, nothing is lost or sent twice, its counters stay true, and every packet leaves once
+/// time moves on.
+fn run_without_oracle(
+    c: &Case,
+    lags: &[u64],
+    wild: &[Option<(u32, Fields)>],
+) -> Result<(), TestCaseError> {
     let mut s = tree(&c.gens, c.capacity, c.flows, c.shaper, Queues::Generated)
         .build()
         .expect("valid tree");
@@ -626,7 +663,10 @@ fn run_with_lagging_clock(c: &Case, lags: &[u64]) -> Result<(), TestCaseError> {
         let now = latest.saturating_sub(lag);
         match *op {
             Op::Enqueue { .. } => {
-                let p = traffic.packet(op, now).expect("an enqueue");
+                let mut p = traffic.packet(op, now).expect("an enqueue");
+                if let Some(Some((len, fields))) = wild.get(step) {
+                    (p.len, p.fields) = (*len, *fields);
+                }
                 let a = s.enqueue(now, &p).map_err(|r| r.reason);
                 counted.enqueue(&s, &p, a);
                 if a.is_ok() {
@@ -766,7 +806,17 @@ proptest! {
         c in case(),
         lags in prop::collection::vec(lag(), 0..300),
     ) {
-        run_with_lagging_clock(&c, &lags)?;
+        run_without_oracle(&c, &lags, &[])?;
+    }
+
+    /// Packets with any priority, deadline, slack and remaining size, lengths past
+    /// `max_packet` and pacing rates up to `u64::MAX`: nothing panics, is lost or sent twice.
+    #[test]
+    fn any_field_values_lose_nothing(
+        c in case(),
+        wild in prop::collection::vec(prop::option::weighted(0.5, wild_packet()), 0..300),
+    ) {
+        run_without_oracle(&c, &[], &wild)?;
     }
 }
 
