@@ -51,7 +51,11 @@ use sluice_queue::{
 };
 use std::fmt;
 
-/// Index of a node; 0 is the root.
+/// Index of a node; 0 is the root. Ids come from the scheduler itself (the builder's
+/// `root` and `child`, [`Scheduler::node_by_name`], [`Scheduler::classify`]), numbered
+/// `0..node_count()`. An id beyond them is a bug in the host and may panic, as a slice index
+/// past its end does: a host that takes ids from its users checks them against
+/// [`Scheduler::node_count`], or looks nodes up by name, as the daemon's control socket does.
 pub type NodeId = u16;
 
 /// Deepest tree accepted.
