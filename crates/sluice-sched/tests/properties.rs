@@ -2256,15 +2256,31 @@ fn rates_and_weights_change_at_run_time() {
 }
 
 /// Send everything `s` holds, from `now` on, as fast as it releases: the tokens in order.
-fn drain(s: &mut Scheduler, mut now: u64) -> Vec<u64> {
+fn drain(s: &mut Scheduler, now: u64) -> Vec<u64> {
+    timed_drain(s, now).into_iter().map(|(t, _)| t).collect()
+}
+
+/// [`drain`], with when each packet left: (token, ns after `start`).
+fn timed_drain(s: &mut Scheduler, start: u64) -> Vec<(u64, u64)> {
     let mut sent = Vec::new();
+    let mut now = start;
     while let Some(t) = s.next_event(now) {
         now = now.max(t);
         if let Some(d) = s.dequeue(now) {
-            sent.push(d.token);
+            sent.push((d.token, now - start));
         }
     }
     sent
+}
+
+/// `times` (from [`timed_drain`]) are tokens `first`, `first + 1`, ... leaving `gap` apart
+/// from the start, to within the shaper's slot (1024 ns by default).
+fn assert_spaced(times: &[(u64, u64)], count: usize, first: u64, gap: u64, what: &str) {
+    assert_eq!(times.len(), count, "{what}: {times:?}");
+    for (i, &(token, at)) in times.iter().enumerate() {
+        assert_eq!(token, first + i as u64, "{what}: {times:?}");
+        assert!(at.abs_diff(i as u64 * gap) < 1024, "{what}: {times:?}");
+    }
 }
 
 /// A flow's pacing rate removed at run time (an overlay pause frame lifted, `set_flow_rate`)
@@ -2947,20 +2963,8 @@ fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
         p.fields.pacing_bps = 12_000_000; // 1500 B per ms
         s.enqueue(S, &p).unwrap();
     }
-    let mut times = Vec::new();
-    let mut now = S;
-    while let Some(t) = s.next_event(now) {
-        now = t.max(now);
-        if let Some(d) = s.dequeue(now) {
-            times.push((d.token, now - S));
-        }
-    }
-    // 1 ms apart, to within the shaper's slot (1024 ns by default).
-    assert_eq!(times.len(), 5, "{times:?}");
-    for (i, &(token, at)) in times.iter().enumerate() {
-        assert_eq!(token, i as u64 + 1);
-        assert!(at.abs_diff(i as u64 * MS) < 1024, "{times:?}");
-    }
+    // 1 ms apart.
+    assert_spaced(&timed_drain(&mut s, S), 5, 1, MS, "paced");
 }
 
 /// Packets that give no pacing rate keep the flow at the rate its packets last gave, while
@@ -2980,24 +2984,9 @@ fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
         for t in 1..=5 {
             s.enqueue(2 * S, &packet(t, 0, 7, 1500)).unwrap();
         }
-        let mut times = Vec::new();
-        let mut now = 2 * S;
-        while let Some(t) = s.next_event(now) {
-            now = t.max(now);
-            if let Some(d) = s.dequeue(now) {
-                times.push((d.token, now - 2 * S));
-            }
-        }
-        // The first at once (the gate's burst is the one packet), then 1 ms apart, to within
-        // the shaper's slot.
-        assert_eq!(times.len(), 5, "{flow_rate:?}: {times:?}");
-        for (i, &(token, at)) in times.iter().enumerate() {
-            assert_eq!(token, i as u64 + 1);
-            assert!(
-                at.abs_diff(i as u64 * MS) < 1024,
-                "{flow_rate:?}: {times:?}"
-            );
-        }
+        // The first at once (the gate's burst is the one packet), then 1 ms apart.
+        let times = timed_drain(&mut s, 2 * S);
+        assert_spaced(&times, 5, 1, MS, &format!("{flow_rate:?}"));
     }
 }
 
@@ -3020,22 +3009,8 @@ fn a_pacing_rate_beyond_the_largest_means_no_pacing_of_the_flows_own() {
             p.fields.pacing_bps = u64::MAX;
             s.enqueue(S + MS, &p).unwrap();
         }
-        let mut times = Vec::new();
-        let mut now = S + MS;
-        while let Some(t) = s.next_event(now) {
-            now = t.max(now);
-            if let Some(d) = s.dequeue(now) {
-                times.push((d.token, now - S - MS));
-            }
-        }
-        assert_eq!(times.len(), 4, "{flow_rate:?}: {times:?}");
-        for (i, &(token, at)) in times.iter().enumerate() {
-            assert_eq!(token, i as u64 + 1);
-            assert!(
-                at.abs_diff(i as u64 * gap) < 1024,
-                "{flow_rate:?}: {times:?}"
-            );
-        }
+        let times = timed_drain(&mut s, S + MS);
+        assert_spaced(&times, 4, 1, gap, &format!("{flow_rate:?}"));
     }
 }
 
@@ -3060,14 +3035,7 @@ fn a_pacing_rate_given_at_a_lagging_timestamp_applies_from_the_latest_time() {
             p.fields.pacing_bps = 1_000_000;
         }
         s.enqueue(0, &p).unwrap();
-        let mut times = Vec::new();
-        let mut now = S;
-        while let Some(t) = s.next_event(now) {
-            now = t.max(now);
-            if let Some(d) = s.dequeue(now) {
-                times.push((d.token, now - S));
-            }
-        }
+        let times = timed_drain(&mut s, S);
         let order: Vec<u64> = times.iter().map(|&(t, _)| t).collect();
         assert_eq!(order, [0, 1, 2], "by call: {by_call}");
         // The third once the two packets' 3000 B the gate owed at 1 s (its lead of 240 us at
