@@ -475,6 +475,80 @@ impl Traffic {
     }
 }
 
+/// The run-time changes the scheduler and the oracle both take, so that [`apply`] makes an
+/// [`Op`]'s change to either.
+trait Changes {
+    fn rate(&mut self, now: u64, n: NodeId, rate: Option<Rate>, burst: u64);
+    fn weight(&mut self, n: NodeId, weight: u32) -> bool;
+    fn reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool;
+    fn flow_rate(&mut self, now: u64, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool;
+}
+
+macro_rules! changes {
+    ($t:ty) => {
+        impl Changes for $t {
+            fn rate(&mut self, now: u64, n: NodeId, rate: Option<Rate>, burst: u64) {
+                self.set_rate(now, n, rate, burst)
+            }
+            fn weight(&mut self, n: NodeId, weight: u32) -> bool {
+                self.set_weight(n, weight)
+            }
+            fn reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
+                self.set_reservation(now, n, rate)
+            }
+            fn flow_rate(&mut self, now: u64, leaf: NodeId, key: u64, rate: Option<Rate>) -> bool {
+                self.set_flow_rate(now, leaf, key, rate)
+            }
+        }
+    };
+}
+changes!(Scheduler);
+changes!(OracleTree);
+
+/// Where a run-time change `op` applies in `s`'s tree: the node its `node` names, and the
+/// leaf its `class` goes to (if any).
+fn targets(op: &Op, s: &Scheduler) -> (NodeId, Option<NodeId>) {
+    let (node, class) = match *op {
+        Op::SetRate { node, .. } | Op::SetWeight { node, .. } | Op::SetReservation { node, .. } => {
+            (node, None)
+        }
+        Op::SetFlowRate { class, .. } => (0, Some(class)),
+        _ => (0, None),
+    };
+    let leaf = class.and_then(|class| {
+        s.classify(&Packet {
+            class: Some(class),
+            ..Packet::default()
+        })
+    });
+    ((node % s.node_count()) as NodeId, leaf)
+}
+
+/// Make run-time change `op` to `s` at `now`, on the node or leaf [`targets`] found: what the
+/// call returned (`None` for `set_rate`, which returns nothing, and for a flow rate whose
+/// class has no leaf).
+fn apply(
+    s: &mut impl Changes,
+    op: &Op,
+    now: u64,
+    (n, leaf): (NodeId, Option<NodeId>),
+) -> Option<bool> {
+    match *op {
+        Op::SetRate {
+            rate_kbit, burst, ..
+        } => {
+            s.rate(now, n, rate_kbit.map(kbit), burst);
+            None
+        }
+        Op::SetWeight { weight, .. } => Some(s.weight(n, weight)),
+        Op::SetReservation { rate_kbit, .. } => Some(s.reservation(now, n, rate_kbit.map(kbit))),
+        Op::SetFlowRate {
+            flow, rate_kbit, ..
+        } => leaf.map(|leaf| s.flow_rate(now, leaf, flow, rate_kbit.map(kbit))),
+        _ => None,
+    }
+}
+
 fn run(
     gens: &[NodeGen],
     capacity: usize,
@@ -526,46 +600,10 @@ fn run(
                 prop_assert_eq!(a, o, "step {}: dequeue at {}", step, now);
             }
             Op::Advance(dt) => now += dt,
-            Op::SetRate {
-                node,
-                rate_kbit,
-                burst,
-            } => {
-                let n = (node % fast.node_count()) as NodeId;
-                fast.set_rate(now, n, rate_kbit.map(kbit), burst);
-                slow.set_rate(now, n, rate_kbit.map(kbit), burst);
-            }
-            Op::SetWeight { node, weight } => {
-                let n = (node % fast.node_count()) as NodeId;
-                let (a, o) = (fast.set_weight(n, weight), slow.set_weight(n, weight));
-                prop_assert_eq!(a, o, "step {}: set_weight", step);
-            }
-            Op::SetReservation { node, rate_kbit } => {
-                let n = (node % fast.node_count()) as NodeId;
-                let r = rate_kbit.map(kbit);
-                let (a, o) = (
-                    fast.set_reservation(now, n, r),
-                    slow.set_reservation(now, n, r),
-                );
-                prop_assert_eq!(a, o, "step {}: set_reservation", step);
-            }
-            Op::SetFlowRate {
-                class,
-                flow,
-                rate_kbit,
-            } => {
-                let probe = Packet {
-                    class: Some(class),
-                    ..Packet::default()
-                };
-                if let Some(leaf) = fast.classify(&probe) {
-                    let r = rate_kbit.map(kbit);
-                    let (a, o) = (
-                        fast.set_flow_rate(now, leaf, flow, r),
-                        slow.set_flow_rate(now, leaf, flow, r),
-                    );
-                    prop_assert_eq!(a, o, "step {}: set_flow_rate", step);
-                }
+            _ => {
+                let at = targets(op, &fast);
+                let (a, o) = (apply(&mut fast, op, now, at), apply(&mut slow, op, now, at));
+                prop_assert_eq!(a, o, "step {}: {:?}", step, op);
             }
         }
         prop_assert_eq!(fast.len(), slow.len(), "step {}: held", step);
@@ -695,35 +733,9 @@ fn run_without_oracle(
                 left(&mut accepted, &d)?;
             }
             Op::Advance(dt) => latest += dt,
-            Op::SetRate {
-                node,
-                rate_kbit,
-                burst,
-            } => s.set_rate(
-                now,
-                (node % s.node_count()) as NodeId,
-                rate_kbit.map(kbit),
-                burst,
-            ),
-            Op::SetWeight { node, weight } => {
-                s.set_weight((node % s.node_count()) as NodeId, weight);
-            }
-            Op::SetReservation { node, rate_kbit } => {
-                let n = (node % s.node_count()) as NodeId;
-                s.set_reservation(now, n, rate_kbit.map(kbit));
-            }
-            Op::SetFlowRate {
-                class,
-                flow,
-                rate_kbit,
-            } => {
-                let probe = Packet {
-                    class: Some(class),
-                    ..Packet::default()
-                };
-                if let Some(leaf) = s.classify(&probe) {
-                    s.set_flow_rate(now, leaf, flow, rate_kbit.map(kbit));
-                }
+            _ => {
+                let at = targets(op, &s);
+                apply(&mut s, op, now, at);
             }
         }
         counted.check(&s, false).map_err(|e| {
