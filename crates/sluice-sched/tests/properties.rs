@@ -2967,19 +2967,26 @@ fn a_pacing_rate_that_comes_with_later_packets_paces_the_flow() {
     assert_spaced(&timed_drain(&mut s, S), 5, 1, MS, "paced");
 }
 
+/// An fq leaf with `flow_rate`, whose flow 7 has sent one packet (token 0, at `S`) that gave
+/// a pacing rate of 12 Mbit/s (1500 B per ms).
+fn paced_once(flow_rate: Option<Rate>) -> Scheduler {
+    let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
+    leaf.flow_rate = flow_rate;
+    let mut s = one_leaf(cfg(100), leaf);
+    let mut p = packet(0, 0, 7, 1500);
+    p.fields.pacing_bps = 12_000_000;
+    s.enqueue(S, &p).unwrap();
+    assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+    s
+}
+
 /// Packets that give no pacing rate keep the flow at the rate its packets last gave, while
 /// the flow is in the flow table: over an idle gap too, and under a leaf's higher
 /// `flow_rate`.
 #[test]
 fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
     for flow_rate in [None, Some(Rate::gbit(1))] {
-        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
-        leaf.flow_rate = flow_rate;
-        let mut s = one_leaf(cfg(100), leaf);
-        let mut p = packet(0, 0, 7, 1500);
-        p.fields.pacing_bps = 12_000_000; // 1500 B per ms
-        s.enqueue(S, &p).unwrap();
-        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        let mut s = paced_once(flow_rate);
         // Idle for a second, then five packets with no rate of their own.
         for t in 1..=5 {
             s.enqueue(2 * S, &packet(t, 0, 7, 1500)).unwrap();
@@ -2997,13 +3004,7 @@ fn packets_without_a_rate_keep_the_rate_the_flows_packets_last_gave() {
 #[test]
 fn a_pacing_rate_beyond_the_largest_means_no_pacing_of_the_flows_own() {
     for (flow_rate, gap) in [(None, 0), (Some(Rate::mbit(24)), MS / 2)] {
-        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fq);
-        leaf.flow_rate = flow_rate;
-        let mut s = one_leaf(cfg(100), leaf);
-        let mut p = packet(0, 0, 7, 1500);
-        p.fields.pacing_bps = 12_000_000; // 1500 B per ms
-        s.enqueue(S, &p).unwrap();
-        assert_eq!(s.dequeue(S).map(|d| d.token), Some(0));
+        let mut s = paced_once(flow_rate);
         for t in 1..=4 {
             let mut p = packet(t, 0, 7, 1500);
             p.fields.pacing_bps = u64::MAX;
