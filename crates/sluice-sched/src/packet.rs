@@ -41,10 +41,10 @@ pub struct Fields {
     /// keeps the rate its packets last gave (as a socket keeps its pacing rate), or its leaf's
     /// `flow_rate` if none did. The leaf's `flow_rate` caps it (Linux fq's maxrate). 2^63 or
     /// more (`u64::MAX`, as Linux's `~0UL`) is no pacing of the flow's own: the flow then goes
-    /// at the leaf's `flow_rate`, or unpaced if the leaf has none. The rate
-    /// is kept with the flow's entry in the flow table: a flow reclaimed for a new one (idle,
-    /// its gate's burst whole again) comes back as a new flow would, so a host whose flows
-    /// may be reclaimed gives the rate with every packet, as a socket's skb carries it to fq.
+    /// at the leaf's `flow_rate`, or unpaced if the leaf has none. The rate is kept with the
+    /// flow's entry in the flow table: a flow reclaimed for a new one (idle, its gate's burst
+    /// whole again) comes back as a new flow would, so a host whose flows may be reclaimed
+    /// gives the rate with every packet, as a socket's skb carries it to fq.
     pub pacing_bps: u64,
 }
 
