@@ -13,7 +13,7 @@ use sluice_sched::classify::Match;
 use sluice_sched::oracle::OracleTree;
 use sluice_sched::{
     Dequeued, Fields, NodeId, NodeSpec, Packet, PolicyKind, QueueChoice, Rate, RejectReason,
-    SchedConfig, Scheduler, ShaperConfig, TreeBuilder,
+    SchedConfig, Scheduler, ShaperConfig, TreeBuilder, units::MAX_RATE_BPS,
 };
 
 /// Queue structures the oracle models exactly (the approximate ones are tested elsewhere).
@@ -210,6 +210,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => change(),
     ]
 }
+
+const MS: u64 = 1_000_000;
 
 fn kbit(k: u64) -> Rate {
     Rate::from_bps(k * 1000).expect("positive rate")
@@ -671,17 +673,88 @@ fn wild_packet() -> impl Strategy<Value = (u32, Fields)> {
         })
 }
 
-/// `ops` on the tree of `c` alone (no oracle), as a careless host may call it: each call's
-/// `now` `lags[step]` behind the latest time, and each packet's length and fields replaced by
-/// `wild[step]` where that is `Some`. The scheduler promises such a host is safe: nothing
-/// panics, nothing is lost or sent twice, its counters stay true, and every packet leaves once
-/// time moves on; and `next_event` is never late. With `FieldsFrom::PerFlow`, also that no
-/// flow's packets leave out of order, unless an EDF or LSTF node ranks them by times counted
-/// from the lagging `now`.
+/// A run-time change with any values a host may pass: rates from 1 bit/s to the largest,
+/// bursts and weights from 0 to their type's largest. `what`: `set_rate`, `set_weight`,
+/// `set_reservation` or `set_flow_rate` (of flow `flow` in the leaf of class `class`).
+#[derive(Clone, Debug)]
+struct WildChange {
+    what: u8,
+    node: usize,
+    bps: Option<u64>,
+    burst: u64,
+    weight: u32,
+    class: u32,
+    flow: u64,
+}
+
+fn wild_change() -> impl Strategy<Value = WildChange> {
+    let bps = prop_oneof![Just(1u64), Just(MAX_RATE_BPS), 1..=MAX_RATE_BPS];
+    (
+        0u8..4,
+        any::<usize>(),
+        prop::option::weighted(0.8, bps),
+        prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()],
+        prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
+        0u32..8,
+        0u64..12,
+    )
+        .prop_map(|(what, node, bps, burst, weight, class, flow)| WildChange {
+            what,
+            node,
+            bps,
+            burst,
+            weight,
+            class,
+            flow,
+        })
+}
+
+impl WildChange {
+    fn apply(&self, s: &mut Scheduler, now: u64) {
+        let n = (self.node % s.node_count()) as NodeId;
+        let rate = self.bps.and_then(Rate::new);
+        match self.what {
+            0 => s.set_rate(now, n, rate, self.burst),
+            1 => {
+                s.set_weight(n, self.weight);
+            }
+            2 => {
+                s.set_reservation(now, n, rate);
+            }
+            _ => {
+                let probe = Packet {
+                    class: Some(self.class),
+                    ..Packet::default()
+                };
+                if let Some(leaf) = s.classify(&probe) {
+                    s.set_flow_rate(now, leaf, self.flow, rate);
+                }
+            }
+        }
+    }
+}
+
+/// How a careless host calls the scheduler in [`run_without_oracle`], step by step (each list
+/// may run out, and then the host is careful): how far behind the latest time each call's
+/// `now` is, the length and fields that replace a packet's, and a change with any values
+/// made after the step's operation.
+#[derive(Default)]
+struct Careless<'a> {
+    lags: &'a [u64],
+    packets: &'a [Option<(u32, Fields)>],
+    changes: &'a [Option<WildChange>],
+}
+
+/// `ops` on the tree of `c` alone (no oracle), as a careless host may call it (`host`). The
+/// scheduler promises such a host is safe: nothing panics, nothing is lost or sent twice, its
+/// counters stay true, and every packet leaves once time moves on; and `next_event` is never
+/// late. With `FieldsFrom::PerFlow`, also that no flow's packets leave out of order, unless
+/// an EDF or LSTF node ranks them by times counted from the lagging `now`. (After changes
+/// with any values, whose 1 bit/s may hold a packet for a day, the host that drains the
+/// scheduler sleeps twice as long each time it finds nothing to send.)
 fn run_without_oracle(
     c: &Case,
-    lags: &[u64],
-    wild: &[Option<(u32, Fields)>],
+    host: &Careless<'_>,
     fields: FieldsFrom,
 ) -> Result<(), TestCaseError> {
     let mut s = tree(&c.gens, c.capacity, c.flows, c.shaper, Queues::Generated)
@@ -713,12 +786,12 @@ fn run_without_oracle(
             _ => Ok(()),
         }
     };
-    for (step, (op, lag)) in ops_with(&c.ops, lags).enumerate() {
+    for (step, (op, lag)) in ops_with(&c.ops, host.lags).enumerate() {
         let now = latest.saturating_sub(lag);
         match *op {
             Op::Enqueue { .. } => {
                 let mut p = traffic.packet(op, now).expect("an enqueue");
-                if let Some(Some((len, fields))) = wild.get(step) {
+                if let Some(Some((len, fields))) = host.packets.get(step) {
                     (p.len, p.fields) = (*len, *fields);
                 }
                 let a = s.enqueue(now, &p).map_err(|r| r.reason);
@@ -738,6 +811,9 @@ fn run_without_oracle(
                 let at = targets(op, &s);
                 apply(&mut s, op, now, at);
             }
+        }
+        if let Some(Some(change)) = host.changes.get(step) {
+            change.apply(&mut s, now);
         }
         counted.check(&s, false).map_err(|e| {
             TestCaseError::fail(format!("step {step} at {now} (latest {latest}): {e}"))
@@ -765,12 +841,19 @@ fn run_without_oracle(
     }
     // Time moves on from the latest: every packet still held leaves, once.
     let mut now = latest;
+    let mut sleep = MS;
     for _ in 0..100_000 {
         match s.next_event(now) {
             None => break,
             Some(t) => now = now.max(t),
         }
         let d = s.dequeue(now);
+        if d.is_none() && !host.changes.is_empty() {
+            now = now.saturating_add(sleep);
+            sleep = sleep.saturating_mul(2);
+        } else {
+            sleep = MS;
+        }
         counted.dequeue(&s, &d);
         left(&mut accepted, &d)?;
     }
@@ -844,7 +927,8 @@ proptest! {
         c in case(),
         lags in prop::collection::vec(lag(), 0..300),
     ) {
-        run_without_oracle(&c, &lags, &[], FieldsFrom::PerPacket)?;
+        let host = Careless { lags: &lags, ..Careless::default() };
+        run_without_oracle(&c, &host, FieldsFrom::PerPacket)?;
     }
 
     /// With ranking fields fixed per flow and a lagging clock, no flow's packets leave out of
@@ -854,7 +938,8 @@ proptest! {
         c in case(),
         lags in prop::collection::vec(lag(), 0..300),
     ) {
-        run_without_oracle(&c, &lags, &[], FieldsFrom::PerFlow)?;
+        let host = Careless { lags: &lags, ..Careless::default() };
+        run_without_oracle(&c, &host, FieldsFrom::PerFlow)?;
     }
 
     /// Packets with any priority, deadline, slack and remaining size, lengths past
@@ -864,7 +949,21 @@ proptest! {
         c in case(),
         wild in prop::collection::vec(prop::option::weighted(0.5, wild_packet()), 0..300),
     ) {
-        run_without_oracle(&c, &[], &wild, FieldsFrom::PerPacket)?;
+        let host = Careless { packets: &wild, ..Careless::default() };
+        run_without_oracle(&c, &host, FieldsFrom::PerPacket)?;
+    }
+
+    /// Rates, bursts, weights and reservations changed at run time to any values (1 bit/s to
+    /// the largest rate, bursts and weights from 0 to their type's largest), among packets
+    /// with any field values: nothing panics, is lost or sent twice.
+    #[test]
+    fn any_run_time_change_loses_nothing(
+        c in case(),
+        wild in prop::collection::vec(prop::option::weighted(0.3, wild_packet()), 0..300),
+        changes in prop::collection::vec(prop::option::weighted(0.1, wild_change()), 1..300),
+    ) {
+        let host = Careless { packets: &wild, changes: &changes, ..Careless::default() };
+        run_without_oracle(&c, &host, FieldsFrom::PerPacket)?;
     }
 }
 
