@@ -154,7 +154,7 @@ enum Op {
     /// reservation in its parent, or the pacing rate of flow `flow` in the leaf `class` maps to.
     SetRate {
         node: usize,
-        rate_kbit: Option<u64>,
+        rate: Option<Rate>,
         burst: u64,
     },
     SetWeight {
@@ -163,18 +163,18 @@ enum Op {
     },
     SetReservation {
         node: usize,
-        rate_kbit: Option<u64>,
+        rate: Option<Rate>,
     },
     SetFlowRate {
         class: u32,
         flow: u64,
-        rate_kbit: Option<u64>,
+        rate: Option<Rate>,
     },
 }
 
 /// A rate of 500 kbit/s to 100 Mbit/s (`some` times in 10), or none.
-fn maybe_rate(some: u32) -> impl Strategy<Value = Option<u64>> {
-    prop_oneof![some => (500u64..100_000).prop_map(Some), 10 - some => Just(None)]
+fn maybe_rate(some: u32) -> impl Strategy<Value = Option<Rate>> {
+    prop_oneof![some => (500u64..100_000).prop_map(|k| Some(kbit(k))), 10 - some => Just(None)]
 }
 
 /// One run-time change, for [`op`].
@@ -185,18 +185,13 @@ fn change() -> impl Strategy<Value = Op> {
             maybe_rate(6),
             prop_oneof![Just(0u64), 1500u64..20_000]
         )
-            .prop_map(|(node, rate_kbit, burst)| Op::SetRate {
-                node,
-                rate_kbit,
-                burst
-            }),
+            .prop_map(|(node, rate, burst)| Op::SetRate { node, rate, burst }),
         (any::<usize>(), 0u32..8).prop_map(|(node, weight)| Op::SetWeight { node, weight }),
-        (any::<usize>(), maybe_rate(7))
-            .prop_map(|(node, rate_kbit)| Op::SetReservation { node, rate_kbit }),
-        (0u32..8, 0u64..12, maybe_rate(5)).prop_map(|(class, flow, rate_kbit)| Op::SetFlowRate {
+        (any::<usize>(), maybe_rate(7)).prop_map(|(node, rate)| Op::SetReservation { node, rate }),
+        (0u32..8, 0u64..12, maybe_rate(5)).prop_map(|(class, flow, rate)| Op::SetFlowRate {
             class,
             flow,
-            rate_kbit
+            rate
         }),
     ]
 }
@@ -536,17 +531,13 @@ fn apply(
     (n, leaf): (NodeId, Option<NodeId>),
 ) -> Option<bool> {
     match *op {
-        Op::SetRate {
-            rate_kbit, burst, ..
-        } => {
-            s.rate(now, n, rate_kbit.map(kbit), burst);
+        Op::SetRate { rate, burst, .. } => {
+            s.rate(now, n, rate, burst);
             None
         }
         Op::SetWeight { weight, .. } => Some(s.weight(n, weight)),
-        Op::SetReservation { rate_kbit, .. } => Some(s.reservation(now, n, rate_kbit.map(kbit))),
-        Op::SetFlowRate {
-            flow, rate_kbit, ..
-        } => leaf.map(|leaf| s.flow_rate(now, leaf, flow, rate_kbit.map(kbit))),
+        Op::SetReservation { rate, .. } => Some(s.reservation(now, n, rate)),
+        Op::SetFlowRate { flow, rate, .. } => leaf.map(|leaf| s.flow_rate(now, leaf, flow, rate)),
         _ => None,
     }
 }
@@ -677,64 +668,26 @@ fn wild_packet() -> impl Strategy<Value = (u32, Fields)> {
 /// weights from 0 to their type's largest. (Rates stay at 100 kbit/s or more, as the
 /// packets' pacing rates do: below, the drain would take days of the host's time, and
 /// releases beyond the horizon that come due together hop through the wheel a horizon at a
-/// time, so a day of them costs minutes. Slower rates have directed tests.) `what`: `set_rate`, `set_weight`,
-/// `set_reservation` or `set_flow_rate` (of flow `flow` in the leaf of class `class`).
-#[derive(Clone, Debug)]
-struct WildChange {
-    what: u8,
-    node: usize,
-    bps: Option<u64>,
-    burst: u64,
-    weight: u32,
-    class: u32,
-    flow: u64,
-}
-
-fn wild_change() -> impl Strategy<Value = WildChange> {
+/// time, so a day of them costs minutes. Slower rates have directed tests.)
+fn wild_change() -> impl Strategy<Value = Op> {
     let bps = prop_oneof![Just(100_000u64), Just(MAX_RATE_BPS), 100_000..=MAX_RATE_BPS];
-    (
-        0u8..4,
-        any::<usize>(),
-        prop::option::weighted(0.8, bps),
-        prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()],
-        prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
-        0u32..8,
-        0u64..12,
-    )
-        .prop_map(|(what, node, bps, burst, weight, class, flow)| WildChange {
-            what,
+    let rate = prop::option::weighted(0.8, bps.prop_map(|b| Rate::new(b).expect("in range")));
+    let burst = prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()];
+    let weight = prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()];
+    prop_oneof![
+        (any::<usize>(), rate.clone(), burst).prop_map(|(node, rate, burst)| Op::SetRate {
             node,
-            bps,
-            burst,
-            weight,
+            rate,
+            burst
+        }),
+        (any::<usize>(), weight).prop_map(|(node, weight)| Op::SetWeight { node, weight }),
+        (any::<usize>(), rate.clone()).prop_map(|(node, rate)| Op::SetReservation { node, rate }),
+        (0u32..8, 0u64..12, rate).prop_map(|(class, flow, rate)| Op::SetFlowRate {
             class,
             flow,
-        })
-}
-
-impl WildChange {
-    fn apply(&self, s: &mut Scheduler, now: u64) {
-        let n = (self.node % s.node_count()) as NodeId;
-        let rate = self.bps.and_then(Rate::new);
-        match self.what {
-            0 => s.set_rate(now, n, rate, self.burst),
-            1 => {
-                s.set_weight(n, self.weight);
-            }
-            2 => {
-                s.set_reservation(now, n, rate);
-            }
-            _ => {
-                let probe = Packet {
-                    class: Some(self.class),
-                    ..Packet::default()
-                };
-                if let Some(leaf) = s.classify(&probe) {
-                    s.set_flow_rate(now, leaf, self.flow, rate);
-                }
-            }
-        }
-    }
+            rate
+        }),
+    ]
 }
 
 /// How a careless host calls the scheduler in [`run_without_oracle`], step by step (each list
@@ -745,7 +698,7 @@ impl WildChange {
 struct Careless<'a> {
     lags: &'a [u64],
     packets: &'a [Option<(u32, Fields)>],
-    changes: &'a [Option<WildChange>],
+    changes: &'a [Option<Op>],
 }
 
 /// `ops` on the tree of `c` alone (no oracle), as a careless host may call it (`host`). The
@@ -817,7 +770,8 @@ fn run_without_oracle(
             }
         }
         if let Some(Some(change)) = host.changes.get(step) {
-            change.apply(&mut s, now);
+            let at = targets(change, &s);
+            apply(&mut s, change, now, at);
         }
         counted.check(&s, false).map_err(|e| {
             TestCaseError::fail(format!("step {step} at {now} (latest {latest}): {e}"))
