@@ -743,7 +743,8 @@ fn run_without_oracle(
             _ => Ok(()),
         }
     };
-    for (step, (op, lag)) in ops_with(&c.ops, host.lags).enumerate() {
+    for (step, op) in c.ops.iter().enumerate() {
+        let lag = host.lags.get(step).copied().unwrap_or(0);
         let now = latest.saturating_sub(lag);
         match *op {
             Op::Enqueue { .. } => {
@@ -827,12 +828,6 @@ fn run_without_oracle(
     counted.check(&s, true)?;
     s.check();
     Ok(())
-}
-
-/// `ops` each with its lag (0 once `lags` runs out).
-fn ops_with<'a>(ops: &'a [Op], lags: &'a [u64]) -> impl Iterator<Item = (&'a Op, u64)> {
-    ops.iter()
-        .zip(lags.iter().copied().chain(std::iter::repeat(0)))
 }
 
 /// A random tree, its sizes and shaper, and what happens to it.
