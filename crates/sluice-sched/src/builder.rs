@@ -353,8 +353,12 @@ impl Horizon {
         if self.ns == u64::MAX {
             return u64::MAX;
         }
-        let slot = self.slot_ns.max(1);
-        (now - now % slot).saturating_add(self.ns - 1)
+        self.slot_start(now).saturating_add(self.ns - 1)
+    }
+
+    /// The start of the shaper's slot that holds `t`: when a release at `t` is due.
+    pub fn slot_start(&self, t: u64) -> u64 {
+        t - t % self.slot_ns.max(1)
     }
 
     /// [`Horizon::latest`] if `at` is later than that, else `None`. Without a division for

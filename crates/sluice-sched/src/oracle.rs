@@ -81,12 +81,15 @@ struct ONode {
     flow_rate: Option<(Rate, u64)>,
 }
 
-/// What waits in the shaper, with its release time: a flow's packet, or a node's.
+/// What waits in the shaper: a flow's packet, or a node's.
 #[derive(Clone, Copy)]
 enum Wait {
-    Flow(u32, u64),
-    Node(NodeId, Meta, u64),
+    Flow(u32),
+    Node(NodeId, Meta),
 }
+
+/// The shaper item that wakes the releases beyond its horizon ([`OracleTree::wake_up`]).
+const WAKE: u32 = u32::MAX;
 
 /// The reference interpreter; see the module note.
 pub struct OracleTree {
@@ -103,6 +106,11 @@ pub struct OracleTree {
     packets: Vec<Meta>,
     waits: Vec<Wait>,
     shaper: Oracle<u32>,
+    /// Releases beyond the horizon, `(time, wait)`, in the order of their times, then of
+    /// their arrival; the shaper holds [`WAKE`] for them.
+    far: Vec<(u64, u32)>,
+    /// The wake's id in the shaper and its time, while there.
+    wake: Option<(u64, u64)>,
     /// A release later than the shaper's latest waits only until then.
     horizon: Horizon,
     /// Whether a flow's packet beyond the horizon is rejected.
@@ -168,6 +176,8 @@ impl OracleTree {
             packets: Vec::new(),
             waits: Vec::new(),
             shaper: Oracle::new(model, usize::MAX),
+            far: Vec::new(),
+            wake: None,
             horizon: plan.horizon,
             beyond_reject: plan.beyond_horizon == sluice_queue::Overflow::Reject,
             held: 0,
@@ -323,18 +333,62 @@ impl OracleTree {
             f.line.waiting.pop_front();
             if t > now {
                 f.line.in_flight = true;
-                return self.wait(t, now, Wait::Flow(pkt, t));
+                return self.wait(t, now, Wait::Flow(pkt));
             }
             self.pass_flow_gate(pkt, now);
         }
     }
 
-    /// Into the shaper until `at`, or the horizon's end, where it waits again until `at`.
+    /// Into the shaper until `at`; beyond its horizon, among the far releases, with the
+    /// wake no later than `at`.
     fn wait(&mut self, at: u64, now: u64, w: Wait) {
-        let at = at.min(self.horizon.latest(now));
         self.shaper.advance(now);
         self.waits.push(w);
-        let _ = self.shaper.push(at, (self.waits.len() - 1) as u32);
+        let id = (self.waits.len() - 1) as u32;
+        let latest = self.horizon.latest(now);
+        if at <= latest {
+            let _ = self.shaper.push(at, id);
+            return;
+        }
+        let place = self.far.partition_point(|&(t, _)| t <= at);
+        self.far.insert(place, (at, id));
+        match self.wake {
+            Some((_, wake)) if wake <= at => {}
+            Some((wake, _)) => {
+                self.shaper.remove(wake);
+                self.file_wake(latest);
+            }
+            None => self.file_wake(latest),
+        }
+    }
+
+    fn file_wake(&mut self, at: u64) {
+        self.wake = self.shaper.push(at, WAKE).ok().map(|id| (id, at));
+    }
+
+    /// The wake is due at `now`: the shaper's front moves to the first far release, or to
+    /// `now`, or to the shaper's first item, whichever is earliest; the far releases within
+    /// the horizon from there go into the shaper at their times, and the wake again for the
+    /// rest at the horizon's end.
+    fn wake_up(&mut self, now: u64) {
+        self.wake = None;
+        let Some(&(first, _)) = self.far.first() else {
+            return;
+        };
+        let target = first.min(now);
+        self.shaper.advance(target);
+        let front = self
+            .shaper
+            .next_deadline()
+            .map_or(target, |d| d.min(target));
+        let latest = self.horizon.latest(front);
+        let within = self.far.partition_point(|&(t, _)| t <= latest);
+        for (at, id) in self.far.drain(..within) {
+            let _ = self.shaper.push(at, id);
+        }
+        if !self.far.is_empty() {
+            self.file_wake(latest);
+        }
     }
 
     fn enter_leaf(&mut self, pkt: u32, now: u64) {
@@ -400,7 +454,7 @@ impl OracleTree {
             match arrive_at_gate(gate, &mut node.line, meta.len, now) {
                 None => {}
                 Some(None) => return node.line.waiting.push_back(*meta),
-                Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta, t)),
+                Some(Some(t)) => return self.wait(t, now, Wait::Node(n, *meta)),
             }
             let Some(p) = self.nodes[n as usize].parent else {
                 self.ready += 1;
@@ -426,24 +480,14 @@ impl OracleTree {
 
     fn release_due(&mut self, now: u64) {
         while let Some(e) = self.shaper.pop_due(now) {
-            let mut t = e.rank.min(now);
-            let w = self.waits[e.item as usize];
-            let (Wait::Flow(_, at) | Wait::Node(_, _, at)) = w;
-            if at > e.rank {
-                // Filed at the horizon's end: again, from where it was filed while others are
-                // still due before `now`, else from `now`, unless `at` has come.
-                if self.shaper.next_deadline().is_some_and(|d| d <= now) {
-                    self.wait(at, t, w);
-                    continue;
-                }
-                if at > now {
-                    self.wait(at, now, w);
-                    continue;
-                }
-                t = at;
+            if e.item == WAKE {
+                self.wake_up(now);
+                continue;
             }
+            let t = e.rank.min(now);
+            let w = self.waits[e.item as usize];
             match w {
-                Wait::Flow(pkt, _) => {
+                Wait::Flow(pkt) => {
                     let p = self.packets[pkt as usize];
                     let f = &mut self.flows[p.flow as usize];
                     f.line.in_flight = false;
@@ -454,7 +498,7 @@ impl OracleTree {
                     self.pass_flow_gate(pkt, t);
                     self.admit(flow, t);
                 }
-                Wait::Node(n, meta, _) => {
+                Wait::Node(n, meta) => {
                     let node = &mut self.nodes[n as usize];
                     node.line.in_flight = false;
                     if let Some(g) = node.gate.as_mut() {
@@ -467,7 +511,7 @@ impl OracleTree {
                         let at = node.gate.as_mut().map_or(t, |g| g.stamp(t, next.len));
                         if at > t {
                             node.line.in_flight = true;
-                            self.wait(at, t, Wait::Node(n, next, at));
+                            self.wait(at, t, Wait::Node(n, next));
                             break;
                         }
                         self.pass_node(n, &next, t);
@@ -582,6 +626,8 @@ impl OracleTree {
         let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
         let ready_at = if self.ready > 0 {
             Some(now)
+        } else if self.wake.is_some() && self.shaper.len() == 1 {
+            self.far.first().map(|&(at, _)| self.horizon.slot_start(at))
         } else {
             self.shaper.next_deadline()
         };

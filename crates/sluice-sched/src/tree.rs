@@ -51,6 +51,9 @@ use sluice_queue::{
 };
 use std::fmt;
 
+mod far;
+use far::FarReleases;
+
 /// Index of a node; 0 is the root. Ids come from the scheduler itself (the builder's
 /// `root` and `child`, [`Scheduler::node_by_name`], [`Scheduler::classify`]), numbered
 /// `0..node_count()`. An id beyond them is a bug in the host and may panic, as a slice index
@@ -200,18 +203,6 @@ struct Held {
     next: u32,
 }
 
-/// A release beyond the shaper's horizon: the shaper item it stands for and its time. The
-/// shaper holds it (as a [`FAR_ITEM`]) at the horizon's end, again and again, until that time
-/// comes; it keeps the time it was given, as every release does. (A flow's packet used to
-/// have its time worked out from its gate when it came up, and so followed the gate's rate
-/// changes since: lowered from 1 to 0.5 kbit/s, a gate let a 1500 B packet due 12 s later go
-/// at the horizon's end, 1 ms after the one before.)
-#[derive(Clone, Copy, Debug)]
-struct Far {
-    item: u32,
-    at: u64,
-}
-
 /// How many of the items a queue names as leaving next (`upcoming`) to prefetch for. With a
 /// million flows nearly every touch of a flow or packet misses the cache; the shaper releases
 /// flows in bursts and a fair-queuing leaf serves its flows in a known order, so loading the
@@ -243,13 +234,12 @@ const PREFETCH_MIN_BYTES: usize = 8 << 20;
 pub(crate) const PAST_GATE: u32 = 2;
 
 /// A shaper item with this bit set is a flow id (its gate's packet in flight is the flow's
-/// `gate_next`); without it (or [`FAR_ITEM`]), a [`Held`] record id. Ids stay below 2^24
+/// `gate_next`); without it (and unless it is [`FAR_WAKE`]), a [`Held`] record id. Ids stay below 2^24
 /// (`MAX_PACKETS`).
 const FLOW_ITEM: u32 = 1 << 31;
 
-/// A shaper item with this bit set (and not [`FLOW_ITEM`]) is a [`Far`] record id: a release
-/// beyond the horizon, filed at its end until its time.
-const FAR_ITEM: u32 = 1 << 30;
+/// The shaper item that is the wake of the releases beyond its horizon ([`far`]).
+const FAR_WAKE: u32 = 1 << 30;
 
 /// What a gate does with an arriving packet.
 enum Verdict {
@@ -370,8 +360,8 @@ pub struct Scheduler {
     /// Packets held, wherever their records are.
     held: usize,
     pending: Slab<Held>,
-    /// Releases beyond the shaper's horizon, with their times.
-    far: Slab<Far>,
+    /// Releases beyond the shaper's horizon, in the order of their times.
+    far: FarReleases,
     shaper: AnyQueue<u32>,
     /// The shaper's next deadline (`u64::MAX`: empty), so that the many calls that find
     /// nothing due cost one comparison. Refreshed after every release and every push that
@@ -444,7 +434,7 @@ impl Scheduler {
             packets: Slab::new(capacity)?,
             held: 0,
             pending: Slab::new(capacity)?,
-            far: Slab::new(capacity)?,
+            far: FarReleases::new(capacity)?,
             shaper,
             shaper_due: u64::MAX,
             shaper_spec,
@@ -544,7 +534,7 @@ impl Scheduler {
 
     /// Packets waiting in the shaper.
     pub fn shaped(&self) -> usize {
-        self.shaper.len()
+        self.shaper.len() - usize::from(self.far.wake.is_some()) + self.far.len()
     }
 
     fn reject(&mut self, reason: RejectReason, token: u64) -> Result<(), Rejected> {
@@ -704,51 +694,88 @@ impl Scheduler {
         }
     }
 
-    /// [`Scheduler::park`] without counting: the item is filed until `at`, or until the
-    /// horizon's end if that comes first (then true) in a [`Far`] record that keeps `at`,
-    /// where [`Scheduler::unpark`] files it again until `at` comes. (Released at the
-    /// horizon's end, as before, a packet that takes longer than the horizon at its gate's
-    /// rate broke the rate: 124 Mbit/s through a 100 Mbit/s node with 65 000 B frames and a
-    /// 4 ms horizon.)
+    /// [`Scheduler::park`] without counting: the item is filed until `at`; beyond the
+    /// horizon (then true), among the [`FarReleases`], which the shaper's wake brings back in
+    /// time. (Released at the horizon's end, as before, a packet that takes longer than the
+    /// horizon at its gate's rate broke the rate: 124 Mbit/s through a 100 Mbit/s node with
+    /// 65 000 B frames and a 4 ms horizon.)
     fn file(&mut self, at: u64, now: u64, item: u32) -> bool {
-        // Clamped to `now + horizon` instead, a release could be clamped by the wheel again
-        // ([`Horizon::latest`]).
-        let latest = self.horizon.beyond(at, now);
-        let item = if latest.is_some() || item & FAR_ITEM != 0 {
-            self.far(at, item, latest.is_some())
-        } else {
-            item
-        };
-        let at = latest.unwrap_or(at);
         // Time passes for the shaper even while nothing is due (release_due then skips it), so
         // that `at` is placed within its horizon from `now`.
         self.shaper.advance(now);
-        if let Err(e) = self.shaper.push(at, item) {
-            // The shaper holds at most one item per packet and was sized for all of them,
-            // and `at` was clamped into its horizon: neither error can happen.
-            debug_assert!(false, "shaper refused an item: {e:?}");
-            let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
-            let item = self.far(0, item, false);
-            self.unpark(item, u64::MAX, now);
-            return latest.is_some();
+        match self.horizon.beyond(at, now) {
+            None => {
+                self.push_shaper(at, item, now);
+                false
+            }
+            Some(latest) => {
+                self.file_far(at, latest, item, now);
+                true
+            }
         }
+    }
+
+    /// Push `item` into the shaper until `at`, within its horizon.
+    #[inline]
+    fn push_shaper(&mut self, at: u64, item: u32, now: u64) {
+        match self.shaper.push(at, item) {
+            Ok(_) => self.pushed(at),
+            Err(e) => {
+                // The shaper holds at most one item per packet (the wake only while a packet
+                // waits beyond the horizon, outside it) and was sized for all of them, and
+                // `at` is within its horizon: neither error can happen.
+                debug_assert!(false, "shaper refused an item: {e:?}");
+                let (PushError::Full { item, .. } | PushError::OutOfRange { item, .. }) = e;
+                self.unpark(item, u64::MAX, now);
+            }
+        }
+    }
+
+    /// An item was pushed into the shaper until `at`.
+    #[inline]
+    fn pushed(&mut self, at: u64) {
         // A later item cannot come first (its bucket starts no earlier than the first's). At
         // equal times too: a release at u64::MAX (the end of time) is due at its slot's start.
         if at <= self.shaper_due {
             self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
         }
-        latest.is_some()
     }
 
-    /// The item to file for `item` until `at`: beyond the horizon (`beyond`), a [`Far`] record
-    /// that keeps `at` (the one `item` names if it is one already); within it, `item` itself
-    /// (taken out of its record if it is one).
+    /// `item`'s release at `at`, beyond the horizon from `now`, which ends at `latest`: among
+    /// the [`FarReleases`], with the wake filed no later than `at`.
     #[cold]
-    fn far(&mut self, at: u64, item: u32, beyond: bool) -> u32 {
-        match (item & FAR_ITEM != 0, beyond) {
-            (false, true) => FAR_ITEM | self.far.insert(Far { item, at }),
-            (true, false) => self.far.release(item & !FAR_ITEM).item,
-            _ => item,
+    fn file_far(&mut self, at: u64, latest: u64, item: u32, now: u64) {
+        self.far.insert(at, item);
+        match self.far.wake {
+            // Nearly always: filed from an earlier `now`, the wake ends an earlier horizon.
+            Some((_, wake)) if wake <= at => {}
+            // A host whose `now` went back.
+            Some((handle, _)) => {
+                let removed = self.shaper.remove(handle);
+                debug_assert!(removed.is_ok(), "the wake is in the shaper");
+                self.shaper_due = self.shaper.next_deadline().unwrap_or(u64::MAX);
+                self.file_wake(latest, now);
+            }
+            None => self.file_wake(latest, now),
+        }
+    }
+
+    /// File the wake of the [`FarReleases`] until `at`.
+    fn file_wake(&mut self, at: u64, now: u64) {
+        match self.shaper.push(at, FAR_WAKE) {
+            Ok(handle) => {
+                self.far.wake = Some((handle, at));
+                self.pushed(at);
+            }
+            Err(e) => {
+                // As in `push_shaper`: it cannot happen. Release them all rather than lose
+                // them.
+                debug_assert!(false, "shaper refused the wake: {e:?}");
+                self.far.wake = None;
+                while let Some((_, item)) = self.far.pop_by(u64::MAX) {
+                    self.unpark(item, u64::MAX, now);
+                }
+            }
         }
     }
 
@@ -922,27 +949,42 @@ impl Scheduler {
     /// through, then the packets waiting behind it are stamped, those already due going
     /// through too, until one must wait in the shaper. Time passes for them from when the
     /// item was due, `filed` (or `now` if earlier), so that chained gates keep exact spacing
-    /// whatever the host's lateness. An item filed at the horizon's end before its release
-    /// time ([`Far`]) is filed again instead, unless that time has come
-    /// ([`Scheduler::refile`]).
+    /// whatever the host's lateness. The wake of the releases beyond the horizon brings them
+    /// into the shaper instead ([`Scheduler::unpark_far`]).
     fn unpark(&mut self, item: u32, filed: u64, now: u64) {
         if item & FLOW_ITEM != 0 {
             self.unpark_flow(item & !FLOW_ITEM, filed, now);
-        } else if item & FAR_ITEM != 0 {
-            self.unpark_far(item, filed, now);
+        } else if item == FAR_WAKE {
+            self.unpark_far(now);
         } else {
             self.unpark_node(item, filed, now);
         }
     }
 
-    /// See [`Scheduler::unpark`]; a release beyond the horizon, filed at its end (`filed`).
+    /// See [`Scheduler::unpark`]; the wake of the releases beyond the horizon ([`far`]), due
+    /// at `now`. The shaper's front moves to the earliest of them, or to `now` if earlier, or
+    /// to its own first item if that comes first still; the releases within the horizon from
+    /// there go into the shaper at their own times (those due leave in this `dequeue`, in
+    /// the order of their times), and the wake again at the horizon's end for the rest. So
+    /// the wake hops a horizon at a time only while the shaper holds items due before them.
     #[cold]
-    fn unpark_far(&mut self, item: u32, filed: u64, now: u64) {
-        let id = item & !FAR_ITEM;
-        let Far { item: inner, at } = self.far.items[id as usize];
-        if let Some(due) = self.refile(at, filed, now, item) {
-            self.far.release(id);
-            self.unpark(inner, due, now);
+    fn unpark_far(&mut self, now: u64) {
+        self.far.wake = None;
+        let Some(first) = self.far.first() else {
+            return;
+        };
+        let target = first.min(now);
+        self.shaper.advance(target);
+        let front = self
+            .shaper
+            .next_deadline()
+            .map_or(target, |d| d.min(target));
+        let latest = self.horizon.latest(front);
+        while let Some((at, item)) = self.far.pop_by(latest) {
+            self.push_shaper(at, item, now);
+        }
+        if self.far.first().is_some() {
+            self.file_wake(latest, now);
         }
     }
 
@@ -965,28 +1007,6 @@ impl Scheduler {
         f.parked = false;
         self.pass_flow_gate(flow, pkt, at);
         self.admit(flow, at);
-    }
-
-    /// An item filed at the horizon's end (`filed`) before its release time `at`, popped at
-    /// `now`: `Some(at)` if `at` has come (a host that slept past it), else `None` after filing
-    /// it again. From `now` when nothing else is due before it; otherwise a release loop is
-    /// still on its way there, the wheel's front is at `filed`, and so is the horizon's start.
-    /// (Filed again from `filed` every time, a release waited for a host that woke a second
-    /// late hopped through the wheel a horizon at a time, all in that wake-up's `dequeue`.)
-    /// Several such releases due at once still hop, from where each was filed, so that they
-    /// leave in the order of their times: the wheel holds a horizon from its front, which the
-    /// earliest of them holds back. One push per horizon between filing and release time, each.
-    #[cold]
-    fn refile(&mut self, at: u64, filed: u64, now: u64, item: u32) -> Option<u64> {
-        if self.shaper.next_deadline().is_some_and(|d| d <= now) {
-            self.file(at, filed.min(now), item);
-            return None;
-        }
-        if at <= now {
-            return Some(at);
-        }
-        self.file(at, now, item);
-        None
     }
 
     /// Packet `pkt`, the flow's `gate_next`, goes through its gate into its leaf: the cursor
@@ -1140,8 +1160,9 @@ impl Scheduler {
     /// When something may next be dequeued: `now` if a packet is ready, else the shaper's next
     /// release, or `None` if nothing is held. A host sleeps until then, and asks again if
     /// `dequeue` then finds nothing: a release may move a packet on to another gate that holds
-    /// it, and a release beyond the shaper's horizon wakes the host at the horizon's end, to
-    /// be filed again (each answer is later than the last).
+    /// it, and while the shaper holds other items, a release beyond its horizon wakes the
+    /// host at the horizon's end, to be filed again (each answer is later than the last).
+    /// When it holds only such releases, the answer is the first one's time (its slot's).
     pub fn next_event(&self, now: u64) -> Option<u64> {
         let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
         // `shaper_due` is u64::MAX both for an empty shaper and for releases at the end of
@@ -1149,6 +1170,11 @@ impl Scheduler {
         // is not told that nothing is held.
         let ready_at = if self.ready > 0 {
             Some(now)
+        } else if self.far.wake.is_some() && self.shaper.len() == 1 {
+            // Only the wake is in the shaper: nothing comes before the first release beyond
+            // the horizon, and its `dequeue` brings it in (due at its slot's start, as it
+            // would be in the shaper).
+            self.far.first().map(|t| self.horizon.slot_start(t))
         } else {
             (!self.shaper.is_empty()).then_some(self.shaper_due)
         };
@@ -2133,7 +2159,7 @@ impl fmt::Debug for Scheduler {
         f.debug_struct("Scheduler")
             .field("nodes", &self.nodes.len())
             .field("packets", &self.held)
-            .field("shaped", &self.shaper.len())
+            .field("shaped", &self.shaped())
             .field("ready", &self.ready)
             .finish()
     }

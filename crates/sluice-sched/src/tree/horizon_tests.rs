@@ -1,6 +1,8 @@
-//! Releases beyond the shaper's horizon ([`Scheduler::file`]): filed at the horizon's end and
-//! again until their time. A host that sleeps past that time must find them released at once,
-//! not hopping one horizon at a time through the wheel in the `dequeue` that wakes it.
+//! Releases beyond the shaper's horizon ([`Scheduler::file`]): held in time order outside
+//! the wheel, which holds one wake for them at the horizon's end. A host that sleeps past
+//! their times must find them released at once, in the order of their times, each filed in
+//! the wheel once, not hopping one horizon at a time through it in the `dequeue` that wakes
+//! it.
 
 use super::*;
 use crate::builder::{NodeSpec, SchedConfig, ShaperConfig, TreeBuilder};
@@ -60,8 +62,9 @@ fn a_flow_gate_release_is_not_refiled_past_a_late_wake_up() {
     let leaf = b.root(leaf);
     b.default_leaf(leaf);
     let pushed = oversleep(b.build().expect("a valid tree"));
-    // Each filed once at the horizon's end. (They hopped a horizon at a time: 24 pushes.)
-    assert_eq!(pushed, 2);
+    // Each filed once, at its time, and the wake once for each. (They hopped a horizon at a
+    // time: 24 pushes.)
+    assert_eq!(pushed, 4);
 }
 
 #[test]
@@ -74,14 +77,15 @@ fn a_node_gate_release_is_not_refiled_past_a_late_wake_up() {
     );
     b.default_leaf(n);
     let pushed = oversleep(b.build().expect("a valid tree"));
-    assert_eq!(pushed, 2);
+    assert_eq!(pushed, 4);
 }
 
-/// Woken before the release's time but many horizons after it was filed, the host finds it
-/// filed once more, from the present (it hopped from where it was filed, one horizon at a
-/// time), and it leaves at its time.
+/// Woken before the release's time but many horizons after it was filed, the host finds the
+/// wake filed once more, from the present; and as nothing else is in the shaper, it is told
+/// to sleep until the release's time, when the packet leaves. (The release itself hopped from
+/// where it was filed, one horizon at a time, and the host was woken every horizon.)
 #[test]
-fn a_release_still_ahead_is_refiled_from_the_present() {
+fn a_release_still_ahead_wakes_the_host_at_its_time() {
     let mut b = TreeBuilder::new(short_horizon());
     let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo);
     leaf.flow_rate = Rate::new(10_000); // 1.2 s per 1500 B packet
@@ -93,22 +97,14 @@ fn a_release_still_ahead_is_refiled_from_the_present() {
     assert_eq!(s.dequeue(START).map(|d| d.token), Some(0));
     let due = START + 1200 * MS;
     assert_eq!(s.dequeue(due - 100 * MS), None);
+    // The wake, filed twice.
     assert_eq!(s.shaper.stats().pushed, 2, "{:?}", s.shaper.stats());
-    // Filed again at the horizon's end from the present: the host wakes a horizon later.
-    let wake = s.next_event(due - 100 * MS).expect("a release is waiting");
-    assert!(wake <= due - 100 * MS + 1024 * 1024, "woken at {wake}");
-    let mut now = wake;
-    let sent = loop {
-        if let Some(d) = s.dequeue(now) {
-            break (d.token, now);
-        }
-        now = s
-            .next_event(now)
-            .expect("a release is waiting")
-            .max(now + 1);
-    };
-    assert_eq!(sent.0, 1);
-    assert!(sent.1 <= due && sent.1 + 1024 > due, "left at {}", sent.1);
+    // Due at the start of its time's slot, as a release in the wheel is.
+    let slot_start = due - due % 1024;
+    assert_eq!(s.next_event(due - 100 * MS), Some(slot_start));
+    assert_eq!(s.dequeue(slot_start - 1), None);
+    assert_eq!(s.dequeue(slot_start).map(|d| d.token), Some(1));
+    assert_eq!(s.next_event(due), None);
 }
 
 /// A scheduler whose one gate, a flow's pacing rate (`flow_gate`; the flow's packets carry
@@ -205,4 +201,72 @@ fn releases_beyond_the_horizon_due_at_once_leave_in_the_order_of_their_times() {
     // 2 Mbit/s's first (6 ms), then 1 Mbit/s's (12 ms), then 0.5 Mbit/s's (24 ms).
     assert_eq!(second, [21, 11, 31]);
     assert_eq!(s.stats().clamped, 3, "{:?}", s.stats());
+}
+
+/// Releases many horizons apart, found by a host that slept past them all: they leave in the
+/// order of their times, and each goes into the wheel once. Three flows paced at 1, 2 and
+/// 3 bit/s (their second 1500 B packets due 12 000, 6000 and 4000 s after their first), found
+/// a day later: the wheel's 1 ms horizon fits 12 million times into the latest. (Hopping a
+/// horizon at a time, this `dequeue` took minutes.)
+#[test]
+fn releases_hours_apart_found_a_day_later_go_into_the_wheel_once() {
+    let mut b = TreeBuilder::new(short_horizon());
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+    b.default_leaf(leaf);
+    let mut s = b.build().expect("a valid tree");
+    for round in 0..2 {
+        for flow in 1..=3 {
+            let mut p = packet(10 * flow + round, 1500);
+            p.flow = flow;
+            p.fields.pacing_bps = flow;
+            s.enqueue(START, &p).expect("room");
+        }
+    }
+    for token in [10, 20, 30] {
+        assert_eq!(s.dequeue(START).map(|d| d.token), Some(token));
+    }
+    let first = START + 4000 * 1000 * MS;
+    assert_eq!(s.next_event(START), Some(first - first % 1024));
+    let day = START + 86_400 * 1000 * MS;
+    let second: Vec<u64> = (0..4)
+        .filter_map(|_| s.dequeue(day))
+        .map(|d| d.token)
+        .collect();
+    assert_eq!(second, [31, 21, 11]);
+    // The wake at the first's horizon's end, then each release at its time, the wake again
+    // after each of the first two.
+    assert_eq!(s.shaper.stats().pushed, 6, "{:?}", s.shaper.stats());
+    assert_eq!(s.stats().clamped, 3, "{:?}", s.stats());
+    assert_eq!(s.next_event(day), None);
+}
+
+/// A host whose `now` goes back may give a release beyond the horizon from that `now` that is
+/// due before the wake filed from a later one: the wake is filed again, earlier, and the
+/// release is not held until the old wake. Flow 1, paced at 1 kbit/s, waits 12 s from
+/// `START`; flow 2, paced at 3 Mbit/s and given 5 ms earlier, waits 4 ms from there, until
+/// 1 ms before `START`, beyond the horizon from its `now` but before the wake filed at
+/// `START`'s horizon's end.
+#[test]
+fn a_release_from_an_earlier_now_is_not_held_until_a_later_wake() {
+    let mut b = TreeBuilder::new(short_horizon());
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+    b.default_leaf(leaf);
+    let mut s = b.build().expect("a valid tree");
+    let send = |s: &mut Scheduler, now: u64, flow: u64, bps: u64| {
+        for round in 0..2 {
+            let mut p = packet(10 * flow + round, 1500);
+            p.flow = flow;
+            p.fields.pacing_bps = bps;
+            s.enqueue(now, &p).expect("room");
+        }
+        assert_eq!(s.dequeue(now).map(|d| d.token), Some(10 * flow));
+    };
+    send(&mut s, START, 1, 1_000);
+    let earlier = START - 5 * MS;
+    send(&mut s, earlier, 2, 3_000_000);
+    // Due at once: the shaper's front is at `START` already, where it stays.
+    assert_eq!(s.dequeue(START).map(|d| d.token), Some(21));
+    let next = START + 12_000 * MS;
+    assert_eq!(s.next_event(START), Some(next - next % 1024));
+    assert_eq!(s.stats().clamped, 2, "{:?}", s.stats());
 }
