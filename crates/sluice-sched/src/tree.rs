@@ -234,8 +234,8 @@ const PREFETCH_MIN_BYTES: usize = 8 << 20;
 pub(crate) const PAST_GATE: u32 = 2;
 
 /// A shaper item with this bit set is a flow id (its gate's packet in flight is the flow's
-/// `gate_next`); without it (and unless it is [`FAR_WAKE`]), a [`Held`] record id. Ids stay below 2^24
-/// (`MAX_PACKETS`).
+/// `gate_next`); without it (unless it is [`FAR_WAKE`]), a [`Held`] record id. Ids stay
+/// below 2^24 (`MAX_PACKETS`).
 const FLOW_ITEM: u32 = 1 << 31;
 
 /// The shaper item that is the wake of the releases beyond its horizon ([`far`]).
@@ -742,7 +742,8 @@ impl Scheduler {
     }
 
     /// `item`'s release at `at`, beyond the horizon from `now`, which ends at `latest`: among
-    /// the [`FarReleases`], with the wake filed no later than `at`.
+    /// the [`FarReleases`], with the wake filed no later than `at`. (At `latest`, not at
+    /// `now + horizon`, which the wheel would clamp again: [`Horizon::latest`].)
     #[cold]
     fn file_far(&mut self, at: u64, latest: u64, item: u32, now: u64) {
         self.far.insert(at, item);

@@ -6,7 +6,11 @@
 //! scheduler moves the wheel's front as far as nothing else in the wheel comes first (to
 //! the earliest release here, or to `now` if earlier), files every release then within the
 //! horizon at its own time, and files the wake again for the rest ([`super::Scheduler`]'s
-//! `unpark_far`).
+//! `unpark_far`). A release keeps the time it was given, as every release does, whatever
+//! its gate's rate does meanwhile. (A flow's packet used to have its time worked out from
+//! its gate when it came up, and so followed the gate's rate changes since: lowered from 1
+//! to 0.5 kbit/s, a gate let a 1500 B packet due 12 s later go at the horizon's end, 1 ms
+//! after the one before.)
 //!
 //! (Each release used to wait in the wheel itself, at the horizon's end, and was filed
 //! again from there until its time. Several due at once had to hop one horizon at a time
