@@ -6,55 +6,13 @@ use sluice_sched::classify::Match;
 use sluice_sched::{
     NodeSpec, Packet, PolicyKind, Rate, RejectReason, SchedConfig, ShaperConfig, TreeBuilder,
 };
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-struct Counting;
-
-thread_local! {
-    /// Count only this thread's calls: the test harness's own threads, and the other tests
-    /// running beside this one, may allocate meanwhile, which says nothing about its scheduler.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    if COUNTING.with(|c| c.get()) {
-        ALLOCS.with(|a| a.set(a.get() + 1));
-    }
-}
-
-/// The allocations this thread makes in `f`.
-fn allocations_in(f: impl FnOnce()) -> u64 {
-    let before = ALLOCS.with(|a| a.get());
-    f();
-    ALLOCS.with(|a| a.get()) - before
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; we only count calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/alloc_count.rs"]
+mod alloc_count;
+use alloc_count::{allocations_in, count_this_thread};
 
 #[test]
 fn no_allocation_per_packet_after_construction() {
-    COUNTING.with(|c| c.set(true));
+    count_this_thread();
     // Every kind of node: per-packet internal WFQ with a limited class, per-flow FQ with pacing,
     // hClock dual queues, pFabric, an internal LSTF node on an approximate queue (a leaf's
     // would be a cFFS) over an EDF leaf.
@@ -125,7 +83,7 @@ fn no_allocation_per_packet_after_construction() {
 /// packets, and rates, weights, reservations and flow rates changed at run time.
 #[test]
 fn no_allocation_beyond_the_horizon_or_on_run_time_changes() {
-    COUNTING.with(|c| c.set(true));
+    count_this_thread();
     for beyond_horizon in [Overflow::Clamp, Overflow::Reject] {
         // A 1 ms horizon: a 1500 B packet at under 12 Mbit/s waits beyond it.
         let mut b = TreeBuilder::new(SchedConfig {

@@ -59,6 +59,13 @@ fn rls_tree() -> Scheduler {
 /// Six flows (three in class 1), two packets each queued at all times, on a 10 Gbit/s link
 /// for `packets` packets: the tokens in the order they left (flow * 2^32 + sequence).
 fn run(s: &mut Scheduler, packets: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(packets);
+    run_into(s, packets, &mut out);
+    out
+}
+
+/// [`run`] into `out`, whose room it does not exceed.
+fn run_into(s: &mut Scheduler, packets: usize, out: &mut Vec<u64>) {
     let pkt = |flow: u64, seq: u64| Packet {
         token: flow << 32 | seq,
         len: if flow % 2 == 0 { 1500 } else { 700 },
@@ -73,7 +80,7 @@ fn run(s: &mut Scheduler, packets: usize) -> Vec<u64> {
                 .expect("room for every packet");
         }
     }
-    let (mut now, mut out) = (0u64, Vec::with_capacity(packets));
+    let mut now = 0u64;
     while out.len() < packets {
         let Some(d) = s.dequeue(now) else {
             now = s.next_event(now).expect("packets held").max(now + 1);
@@ -86,7 +93,6 @@ fn run(s: &mut Scheduler, packets: usize) -> Vec<u64> {
             .expect("room for every packet");
         next[flow as usize] += 1;
     }
-    out
 }
 
 fn start_clocks_at(s: &mut Scheduler, v: u64) {
@@ -132,6 +138,27 @@ fn wfq_rebases_and_sends_exactly_what_it_would_have() {
 #[test]
 fn hclock_and_htb_rebase_and_send_exactly_what_they_would_have() {
     check_rebase_changes_nothing(rls_tree);
+}
+
+/// A rebase empties and refills its node's queues through a list reserved at construction:
+/// nothing is allocated, as nothing is on any other packet's way (`tests/zero_alloc.rs`,
+/// which cannot bring a clock to a rebase: that takes 2^46 bytes at weight 1).
+#[test]
+fn a_rebase_allocates_nothing() {
+    use crate::alloc_count::{allocations_in, count_this_thread};
+    count_this_thread();
+    for build in [wfq_tree, rls_tree] {
+        let mut s = build();
+        start_clocks_at(&mut s, STARTS[0]);
+        let mut out = Vec::with_capacity(20_000);
+        let made = allocations_in(|| run_into(&mut s, 20_000, &mut out));
+        assert_eq!(made, 0);
+        let vt_nodes = s.nodes.iter().filter(|n| n.policy.virtual_time().is_some());
+        assert!(vt_nodes.clone().count() > 0);
+        for node in vt_nodes {
+            assert!(node.stats.rebases >= 1, "{} never rebased", node.name);
+        }
+    }
 }
 
 #[test]
