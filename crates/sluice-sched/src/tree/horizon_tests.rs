@@ -168,24 +168,33 @@ fn a_release_beyond_the_horizon_keeps_its_time_when_the_rate_changes() {
     }
 }
 
+/// One FIFO leaf, the root, behind the short horizon; its flows are paced by their packets.
+fn fifo_leaf() -> Scheduler {
+    let mut b = TreeBuilder::new(short_horizon());
+    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+    b.default_leaf(leaf);
+    b.build().expect("a valid tree")
+}
+
+/// Two 1500 B packets of `flow` at `now`, paced at `bps`: tokens `10 * flow` and one more.
+fn send_two(s: &mut Scheduler, now: u64, flow: u64, bps: u64) {
+    for round in 0..2 {
+        let mut p = packet(10 * flow + round, 1500);
+        p.flow = flow;
+        p.fields.pacing_bps = bps;
+        s.enqueue(now, &p).expect("room");
+    }
+}
+
 /// Several releases beyond the horizon that come due while the host sleeps leave in the order
 /// of their times, not in the order they were filed: three flows paced at 1, 2 and 0.5 Mbit/s
 /// (their second packets due 12, 6 and 24 ms after their first, every one beyond the 1 ms
 /// horizon), found by a host that wakes 1 s later.
 #[test]
 fn releases_beyond_the_horizon_due_at_once_leave_in_the_order_of_their_times() {
-    let mut b = TreeBuilder::new(short_horizon());
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
-    b.default_leaf(leaf);
-    let mut s = b.build().expect("a valid tree");
-    let flows = [(1u64, 1_000_000u64), (2, 2_000_000), (3, 500_000)];
-    for round in 0..2 {
-        for &(flow, bps) in &flows {
-            let mut p = packet(10 * flow + round, 1500);
-            p.flow = flow;
-            p.fields.pacing_bps = bps;
-            s.enqueue(START, &p).expect("room");
-        }
+    let mut s = fifo_leaf();
+    for (flow, bps) in [(1, 1_000_000), (2, 2_000_000), (3, 500_000)] {
+        send_two(&mut s, START, flow, bps);
     }
     let first: Vec<u64> = (0..3)
         .filter_map(|_| s.dequeue(START))
@@ -210,17 +219,9 @@ fn releases_beyond_the_horizon_due_at_once_leave_in_the_order_of_their_times() {
 /// horizon at a time, this `dequeue` took minutes.)
 #[test]
 fn releases_hours_apart_found_a_day_later_go_into_the_wheel_once() {
-    let mut b = TreeBuilder::new(short_horizon());
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
-    b.default_leaf(leaf);
-    let mut s = b.build().expect("a valid tree");
-    for round in 0..2 {
-        for flow in 1..=3 {
-            let mut p = packet(10 * flow + round, 1500);
-            p.flow = flow;
-            p.fields.pacing_bps = flow;
-            s.enqueue(START, &p).expect("room");
-        }
+    let mut s = fifo_leaf();
+    for flow in 1..=3 {
+        send_two(&mut s, START, flow, flow);
     }
     for token in [10, 20, 30] {
         assert_eq!(s.dequeue(START).map(|d| d.token), Some(token));
@@ -248,22 +249,11 @@ fn releases_hours_apart_found_a_day_later_go_into_the_wheel_once() {
 /// `START`'s horizon's end.
 #[test]
 fn a_release_from_an_earlier_now_is_not_held_until_a_later_wake() {
-    let mut b = TreeBuilder::new(short_horizon());
-    let leaf = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
-    b.default_leaf(leaf);
-    let mut s = b.build().expect("a valid tree");
-    let send = |s: &mut Scheduler, now: u64, flow: u64, bps: u64| {
-        for round in 0..2 {
-            let mut p = packet(10 * flow + round, 1500);
-            p.flow = flow;
-            p.fields.pacing_bps = bps;
-            s.enqueue(now, &p).expect("room");
-        }
+    let mut s = fifo_leaf();
+    for (now, flow, bps) in [(START, 1, 1_000), (START - 5 * MS, 2, 3_000_000)] {
+        send_two(&mut s, now, flow, bps);
         assert_eq!(s.dequeue(now).map(|d| d.token), Some(10 * flow));
-    };
-    send(&mut s, START, 1, 1_000);
-    let earlier = START - 5 * MS;
-    send(&mut s, earlier, 2, 3_000_000);
+    }
     // Due at once: the shaper's front is at `START` already, where it stays.
     assert_eq!(s.dequeue(START).map(|d| d.token), Some(21));
     let next = START + 12_000 * MS;
