@@ -72,7 +72,8 @@ pub struct ShaperConfig {
     /// Slots; horizon = slots * slot_ns.
     pub slots: usize,
     /// A packet whose flow's gate is already beyond the horizon: accept it (`Clamp`: it waits
-    /// for its time in hops of the horizon) or reject it (hard limits).
+    /// outside the wheel, in order of time, until it is within the horizon) or reject it (hard
+    /// limits).
     pub beyond_horizon: Overflow,
 }
 
@@ -678,7 +679,7 @@ impl TreeBuilder {
         if s.kind != QueueKind::TimingWheel && !s.kind.exact() {
             return Err(BuildError::ShaperKind(s.kind));
         }
-        // A release beyond the horizon waits in the last slot and is filed again from there:
+        // Releases beyond the horizon are brought in by a wake filed at the horizon's end:
         // with one slot, that is the slot it leaves, again and again.
         if s.kind == QueueKind::TimingWheel && s.slots < 2 {
             return Err(BuildError::Invalid(

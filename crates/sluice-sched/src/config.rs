@@ -650,8 +650,9 @@ impl Ctx<'_> {
             return Err(self.err(
                 span,
                 format!("{a} {horizon} ns `horizon` in {slot} ns `slot`s is one slot"),
-                "at least 2 slots: a `horizon` longer than one `slot` (a release beyond it waits \
-                 in the last slot and is filed again from there)",
+                "at least 2 slots: a `horizon` longer than one `slot` (releases beyond it are \
+                 brought in by a wake at its end, which one slot would file in the slot it \
+                 leaves, again and again)",
             ));
         }
         if slots > MAX_BUCKETS {
@@ -1956,9 +1957,9 @@ queue = "binary_heap"
         let d = build_str(&tree(""), "t.toml").unwrap().describe();
         for want in [
             "note: node `a`: its rate 8kbit takes 1.500 s to send 1500 B, longer than the \
-             shaper's 1.074 s horizon: each release waits in the wheel's last slot and is \
-             filed again until its time (counted as `clamped`); a `horizon` of 1.500 s or \
-             more avoids it",
+             shaper's 1.074 s horizon: each release waits outside the wheel until it is \
+             within the horizon (counted as `clamped`); a `horizon` of 1.500 s or more \
+             avoids it",
             "note: node `a`: its flows' rate 10kbit takes 1.200 s to send 1500 B",
         ] {
             assert!(d.contains(want), "missing {want:?} in:\n{d}");
@@ -1978,7 +1979,7 @@ queue = "binary_heap"
             "{d}"
         );
         assert!(
-            d.contains("its rate 8kbit takes 1.500 s") && d.contains("filed again"),
+            d.contains("its rate 8kbit takes 1.500 s") && d.contains("outside the wheel"),
             "{d}"
         );
         let long = tree("[shaper]\nhorizon = \"2s\"\n");

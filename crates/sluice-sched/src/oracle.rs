@@ -627,7 +627,10 @@ impl OracleTree {
         let ready_at = if self.ready > 0 {
             Some(now)
         } else if self.wake.is_some() && self.shaper.len() == 1 {
-            self.far.first().map(|&(at, _)| self.horizon.slot_start(at))
+            let wake = self.shaper.next_deadline().unwrap_or(0);
+            self.far
+                .first()
+                .map(|&(at, _)| self.horizon.slot_start(at).max(wake))
         } else {
             self.shaper.next_deadline()
         };

@@ -168,7 +168,7 @@ pub struct SchedStats {
     /// Rejections, by [`RejectReason`] (index = reason as usize).
     pub rejected: [u64; 5],
     /// Releases beyond the shaper's horizon (rates so low that a packet's wait exceeds it):
-    /// each waits in the wheel's last slot and is filed again until its time.
+    /// each waits outside the wheel, in order of time, until it is within the horizon.
     pub clamped: u64,
     /// Ranks that fell beyond a node queue's range and were filed at its edge, where their
     /// order is approximate. Expected under hClock and HTB for a member that gets more than
@@ -926,7 +926,7 @@ impl Scheduler {
     /// refused packet leaves its flow as it was (its rate applied, a raise repaid the gate's
     /// debt at it; an idle flow went to the back of the reclaim order). A new flow's gate is
     /// idle. (A packet waiting at the gate is stamped later, so one accepted before can still
-    /// go beyond the horizon; it is filed again until its time.)
+    /// go beyond the horizon; it waits outside the wheel until its time.)
     fn refused_beyond_horizon(
         &self,
         p: &Packet,
@@ -1161,8 +1161,9 @@ impl Scheduler {
     /// When something may next be dequeued: `now` if a packet is ready, else the shaper's next
     /// release, or `None` if nothing is held. A host sleeps until then, and asks again if
     /// `dequeue` then finds nothing: a release may move a packet on to another gate that holds
-    /// it, and while the shaper holds other items, a release beyond its horizon wakes the
-    /// host at the horizon's end, to be filed again (each answer is later than the last).
+    /// it, and while the shaper holds other items, the wake of the releases beyond its horizon
+    /// wakes the host at the horizon's end, to be filed again (each answer is later than the
+    /// last).
     /// When it holds only such releases, the answer is the first one's time (its slot's).
     pub fn next_event(&self, now: u64) -> Option<u64> {
         let link_free = self.nodes[0].gate.map_or(0, |g| g.next_free());
@@ -1174,8 +1175,12 @@ impl Scheduler {
         } else if self.far.wake.is_some() && self.shaper.len() == 1 {
             // Only the wake is in the shaper: nothing comes before the first release beyond
             // the horizon, and its `dequeue` brings it in (due at its slot's start, as it
-            // would be in the shaper).
-            self.far.first().map(|t| self.horizon.slot_start(t))
+            // would be in the shaper), but not before the wake's own time: a host whose `now`
+            // went back may have filed it at the shaper's front, past that release (told the
+            // release's time, such a host found nothing and was told it again).
+            self.far
+                .first()
+                .map(|t| self.horizon.slot_start(t).max(self.shaper_due))
         } else {
             (!self.shaper.is_empty()).then_some(self.shaper_due)
         };
@@ -1998,8 +2003,8 @@ fn slot_note(rate: Rate, slot_ns: u64) -> Option<String> {
 }
 
 /// Why `rate` waits beyond the shaper's horizon of `horizon_ns`, if it does: a 1500 B packet
-/// takes longer than that at it. Its releases wait in the wheel's last slot and are filed again
-/// until their time; a flow's packets are refused instead under `beyond_horizon = "reject"`
+/// takes longer than that at it. Its releases wait outside the wheel until they are within the
+/// horizon; a flow's packets are refused instead under `beyond_horizon = "reject"`
 /// (`refused`) while its gate is that far ahead.
 fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
     let packet_ns = rate.tx_time_ns(1500);
@@ -2009,8 +2014,8 @@ fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
             "a flow's packets are refused while its gate is that far ahead (`beyond_horizon = \
              \"reject\"`)"
         } else {
-            "each release waits in the wheel's last slot and is filed again until its time \
-             (counted as `clamped`)"
+            "each release waits outside the wheel until it is within the horizon (counted as \
+             `clamped`)"
         };
         format!(
             "{rate} takes {:.3} s to send 1500 B, longer than the shaper's {:.3} s horizon: \

@@ -260,3 +260,32 @@ fn a_release_from_an_earlier_now_is_not_held_until_a_later_wake() {
     assert_eq!(s.next_event(START), Some(next - next % 1024));
     assert_eq!(s.stats().clamped, 2, "{:?}", s.stats());
 }
+
+/// A host whose `now` went back by more than the horizon files the wake at the shaper's front
+/// (a wheel's front never moves back), past the release it is for: `next_event` names the
+/// wake's time, not the release's, and a host that sleeps until each answer gets the packet
+/// there. (It named the release's, earlier than the front: the host found nothing and was
+/// told the same time again, for ever.) Flow 2's second packet, given 5 ms before `START`,
+/// is due 1 ms before it.
+#[test]
+fn after_a_step_back_the_host_is_told_when_the_wake_can_come() {
+    let mut s = fifo_leaf();
+    let earlier = START - 5 * MS;
+    for (now, flow, bps) in [(START, 1, 1_000), (earlier, 2, 3_000_000)] {
+        send_two(&mut s, now, flow, bps);
+        assert_eq!(s.dequeue(now).map(|d| d.token), Some(10 * flow));
+    }
+    assert_eq!(s.shaper.len(), 1, "only the wake is in the shaper");
+    let mut now = earlier;
+    let sent = loop {
+        if let Some(d) = s.dequeue(now) {
+            break d.token;
+        }
+        let t = s.next_event(now).expect("packets held");
+        assert!(t > now, "found nothing at {now}, told {t}");
+        now = t;
+    };
+    assert_eq!(sent, 21);
+    // At the front's slot, where `START` put it.
+    assert_eq!(now, START - START % 1024);
+}
