@@ -178,12 +178,12 @@ pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyErr
 }
 
 /// Largest policy file read: far above any real tree (65 536 nodes take about 5 MB), and
-/// small enough that `/dev/zero` or a wrong path to a disk image fails at once.
+/// small enough that a wrong path to a disk image fails at once.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// The file's bytes, refusing more than [`MAX_FILE_BYTES`], and named pipes and sockets
-/// (opening a pipe waits for a writer: `policy check` hung on one with none). That refuses
-/// `/dev/stdin` from a shell pipe too, which is a pipe alike.
+/// The file's bytes, refusing more than [`MAX_FILE_BYTES`], and named pipes, sockets and
+/// devices (opening a pipe waits for a writer: `policy check` hung on one with none, and on a
+/// terminal). That refuses `/dev/stdin` from a shell pipe or a terminal too.
 fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     #[cfg(unix)]
@@ -191,16 +191,20 @@ fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
         use std::os::unix::fs::FileTypeExt as _;
         let kind = std::fs::metadata(path)?.file_type();
         let what = if kind.is_fifo() {
-            Some("a named pipe (FIFO)")
+            Some("a named pipe (FIFO), not a file: reading it would wait for a writer")
         } else if kind.is_socket() {
-            Some("a socket")
+            Some("a socket, not a file: reading it would wait for a writer")
+        } else if kind.is_char_device() {
+            // A terminal waits for typing; /dev/zero never ends.
+            Some("a character device, not a file: reading it may wait or never end")
+        } else if kind.is_block_device() {
+            Some("a block device, not a file")
         } else {
             None
         };
         if let Some(what) = what {
             return Err(std::io::Error::other(format!(
-                "it is {what}, not a file: reading it would wait for a writer; a policy file \
-                 is a regular file"
+                "it is {what}; a policy file is a regular file"
             )));
         }
     }
@@ -485,6 +489,16 @@ impl Ctx<'_> {
                 "an integer too large".into()
             };
             expected = "an integer from -2^63 to below 2^63".into();
+        } else if what == "invalid boolean" {
+            // An unquoted word that starts like `true` or `false` (`fq`, `tcp`): toml reads a
+            // boolean, where other words get its "string values must be quoted".
+            let rest = self.text.get(span.start..).unwrap_or("");
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(rest.len());
+            let word = shorten(&rest[..end]);
+            what = format!("`{word}` is not quoted (string values must be)");
+            expected = format!("a quoted string (\"{word}\"), or `true` or `false`");
         } else if what == "duplicate key" {
             what = format!("duplicate key `{}`", shorten(self.snippet(span.clone())));
             expected = "each key at most once in a table".into();
@@ -1270,7 +1284,7 @@ impl Ctx<'_> {
                     what += " (`bps` is ambiguous: tc reads `Mbps` as megabytes per second; \
                              write `Mbit` for megabits)";
                 } else if malformed && unit.trim_end_matches("ps").ends_with('B') {
-                    what += " (rates count bits: `Mbit`, not `MB`)";
+                    what += &bytes_hint(unit.trim_end_matches("ps"));
                 } else if malformed && unit.ends_with(['k', 'K', 'M', 'G', 'T', 'b']) {
                     what += " (name the unit in full: `Mbit`)";
                 }
@@ -1435,6 +1449,23 @@ struct Tree {
     children: Vec<Vec<usize>>,
     /// Parents before children.
     order: Vec<usize>,
+}
+
+/// The hint for a rate written in bytes, `unit` ending in `B` ("10GB", "5KiB"): the bit unit
+/// with its prefix.
+fn bytes_hint(unit: &str) -> String {
+    let letters = &unit[unit
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .len()..];
+    let bits = match letters.trim_end_matches('B').trim_end_matches('i') {
+        "" => "bit",
+        "k" | "K" => "kbit",
+        "m" | "M" => "Mbit",
+        "g" | "G" => "Gbit",
+        "t" | "T" => "Tbit",
+        _ => return " (rates count bits: `Mbit`, not `MB`)".into(),
+    };
+    format!(" (rates count bits: `{bits}`, not `{letters}`)")
 }
 
 /// A value as the file wrote it (strings quoted and shortened).
@@ -2402,15 +2433,20 @@ queue = "binary_heap"
             bom.contains("p.toml:1:2: bytes that are not UTF-8"),
             "{bom}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
-        let zero = compile_file(Path::new("/dev/zero"))
+        // One byte past the cap (sparse: nothing is written).
+        let big = dir.join("big.toml");
+        std::fs::File::create(&big)
+            .and_then(|f| f.set_len(MAX_FILE_BYTES + 1))
+            .unwrap();
+        let too_big = compile_file(&big)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            zero.contains("/dev/zero: cannot read: larger than 64 MiB"),
-            "{zero}"
+            too_big.contains("big.toml: cannot read: larger than 64 MiB"),
+            "{too_big}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             e.ends_with(
                 "p.toml:2:6: bytes that are not UTF-8; expected a UTF-8 text file (TOML is UTF-8)"
@@ -2459,6 +2495,46 @@ queue = "binary_heap"
         );
     }
 
+    /// An unquoted word that starts like `true` or `false` was reported as a bad boolean.
+    #[test]
+    fn unquoted_words_are_said_to_be_unquoted() {
+        fails(
+            "[[node]]\nname = \"r\"\npolicy = fq\n",
+            3,
+            &["`fq` is not quoted", "\"fq\""],
+        );
+        fails(
+            "[[node]]\nname = \"r\"\npolicy = wfq\n",
+            3,
+            &["must be quoted"],
+        );
+        fails(
+            "[[node]]\nname = \"r\"\npolicy = \"fifo\"\n\n[[classify]]\nproto = tcp\nto = \"r\"\n",
+            6,
+            &["`tcp` is not quoted"],
+        );
+    }
+
+    /// The horizon a note advises is rounded up (11 999 bit/s takes 1.000083 s a packet: a
+    /// `horizon` of "1.000 s" was advised, the one in use), and comes with the slot it needs
+    /// when 2^24 slots of 1024 ns fall short (at 1 bit/s, 12 000 s).
+    #[test]
+    fn the_horizon_a_note_advises_is_enough_and_possible() {
+        let text = "[shaper]\nhorizon = \"1s\"\n\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n\n\
+                    [[node]]\nname = \"a\"\nparent = \"r\"\npolicy = \"fifo\"\nrate = \"11999bit\"\n\n\
+                    [[node]]\nname = \"b\"\nparent = \"r\"\npolicy = \"fifo\"\nflow_rate = \"1bit\"\n";
+        let d = build_str(text, "t.toml").unwrap().describe();
+        for want in [
+            "its rate 11.999kbit takes 1.000 s to send 1500 B, longer than the shaper's 1.000 s \
+             horizon",
+            "a `horizon` of 1.001 s or more avoids it\n",
+            "a `horizon` of 12000.000 s or more avoids it, with a `slot` of 715256 ns or more \
+             (2^24 slots at most)",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+    }
+
     #[test]
     fn a_horizon_shorter_than_a_slot_is_refused() {
         fails(
@@ -2479,7 +2555,10 @@ queue = "binary_heap"
             ("\"0Mbit\"", "must be positive"),
             ("\"-5Mbit\"", "must be positive"),
             ("\"1e30bit\"", "below 2^63"),
-            ("\"10MB\"", "rates count bits"),
+            ("\"10MB\"", "rates count bits: `Mbit`, not `MB`"),
+            ("\"10GB\"", "rates count bits: `Gbit`, not `GB`"),
+            ("\"5KiB\"", "rates count bits: `kbit`, not `KiB`"),
+            ("\"10B\"", "rates count bits: `bit`, not `B`"),
             ("\"10Mbps\"", "tc reads `Mbps` as megabytes"),
             ("\"10gbps\"", "tc reads `Mbps` as megabytes"),
             ("\"10M\"", "name the unit in full"),
@@ -2924,6 +3003,23 @@ queue = "binary_heap"
             "{}",
             errors[1]
         );
+    }
+
+    /// A terminal as the policy file made `policy check` wait for typing; `/dev/zero` was read
+    /// up to the size cap. Devices are refused before reading, as pipes are.
+    #[cfg(unix)]
+    #[test]
+    fn devices_are_refused_before_reading() {
+        for dev in ["/dev/null", "/dev/zero"] {
+            let e = compile_file(Path::new(dev)).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "{dev}: cannot read: it is a character device, not a file: reading it may \
+                     wait or never end; a policy file is a regular file"
+                )
+            );
+        }
     }
 
     #[test]

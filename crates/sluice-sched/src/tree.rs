@@ -1733,7 +1733,7 @@ impl Scheduler {
                     let Some(rate) = rate else { continue };
                     let notes = [
                         slot_note(rate, self.horizon.slot_ns),
-                        horizon_note(rate, self.horizon.ns, refused && k == 1),
+                        horizon_note(rate, self.horizon, refused && k == 1),
                     ];
                     for note in notes.into_iter().flatten() {
                         let _ = writeln!(out, "note: node `{}`: {what} {note}", n.name);
@@ -2002,14 +2002,15 @@ fn slot_note(rate: Rate, slot_ns: u64) -> Option<String> {
     })
 }
 
-/// Why `rate` waits beyond the shaper's horizon of `horizon_ns`, if it does: a 1500 B packet
-/// takes longer than that at it. Its releases wait outside the wheel until they are within the
-/// horizon; a flow's packets are refused instead under `beyond_horizon = "reject"`
-/// (`refused`) while its gate is that far ahead.
-fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
+/// Why `rate` waits beyond the shaper's `horizon`, if it does: a 1500 B packet takes longer
+/// than that at it. Its releases wait outside the wheel until they are within the horizon; a
+/// flow's packets are refused instead under `beyond_horizon = "reject"` (`refused`) while its
+/// gate is that far ahead. The horizon that avoids it is rounded up to the millisecond, and
+/// comes with the `slot` it needs if 2^24 slots of the present one fall short.
+fn horizon_note(rate: Rate, horizon: Horizon, refused: bool) -> Option<String> {
     let packet_ns = rate.tx_time_ns(1500);
     let secs = |ns: u64| ns as f64 / 1e9;
-    (packet_ns > horizon_ns).then(|| {
+    (packet_ns > horizon.ns).then(|| {
         let what = if refused {
             "a flow's packets are refused while its gate is that far ahead (`beyond_horizon = \
              \"reject\"`)"
@@ -2017,12 +2018,18 @@ fn horizon_note(rate: Rate, horizon_ns: u64, refused: bool) -> Option<String> {
             "each release waits outside the wheel until it is within the horizon (counted as \
              `clamped`)"
         };
+        let needed = packet_ns.div_ceil(1_000_000).saturating_mul(1_000_000);
+        let mut fix = format!("a `horizon` of {:.3} s or more avoids it", secs(needed));
+        let max_slots = crate::config::MAX_BUCKETS;
+        if needed.div_ceil(horizon.slot_ns.max(1)) > max_slots {
+            let slot = needed.div_ceil(max_slots);
+            fix += &format!(", with a `slot` of {slot} ns or more (2^24 slots at most)");
+        }
         format!(
             "{rate} takes {:.3} s to send 1500 B, longer than the shaper's {:.3} s horizon: \
-             {what}; a `horizon` of {:.3} s or more avoids it",
+             {what}; {fix}",
             secs(packet_ns),
-            secs(horizon_ns),
-            secs(packet_ns)
+            secs(horizon.ns),
         )
     })
 }
