@@ -693,6 +693,14 @@ impl TreeBuilder {
                 s.kind
             ));
         }
+        let wheel = ShaperConfig::default();
+        if s.kind.exact() && (s.slot_ns, s.slots) != (wheel.slot_ns, wheel.slots) {
+            ignored.push(format!(
+                "the shaper: `slot` and `horizon` have no effect: its queue `{}` is exact and \
+                 has no slots, so it holds a release for any time",
+                s.kind
+            ));
+        }
         let mut shaper = QueueSpec::new(s.kind, s.slots, s.slot_ns, self.cfg.capacity);
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;

@@ -1873,11 +1873,11 @@ queue = "binary_heap"
     }
 
     /// Settings dropped without a word: the keys that place a node in its parent on the root,
-    /// flow settings a leaf's policy does not use, buckets of an exact queue, `reject` with an
-    /// exact shaper (which has no horizon).
+    /// flow settings a leaf's policy does not use, buckets of an exact queue, `reject`, `slot`
+    /// and `horizon` with an exact shaper (which has no horizon).
     #[test]
     fn the_description_notes_settings_dropped_where_they_cannot_take_effect() {
-        let text = "[shaper]\nqueue = \"btree\"\nbeyond_horizon = \"reject\"\n\
+        let text = "[shaper]\nqueue = \"btree\"\nbeyond_horizon = \"reject\"\nhorizon = \"2s\"\n\
                     [scheduler]\ndefault = \"f\"\n\
                     [[node]]\nname = \"r\"\npolicy = \"wfq\"\nweight = 3\nreservation = \"1Mbit\"\n\
                     queue = { kind = \"binary_heap\", buckets = 16, granularity = 4 }\n\
@@ -1905,6 +1905,8 @@ queue = "binary_heap"
              flows (of `flow_weight`, `flow_quantum` and `flow_reservation` it uses only \
              `flow_weight` and `flow_reservation`)",
             "note: node `s`: `granularity` is ignored: its queue `skiplist` is exact",
+            "note: the shaper: `slot` and `horizon` have no effect: its queue `btree` is exact \
+             and has no slots, so it holds a release for any time",
             "note: the shaper: `beyond_horizon = \"reject\"` has no effect: its queue `btree` is \
              exact and has no horizon, so no release is ever beyond it",
         ] {
