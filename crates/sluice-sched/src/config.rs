@@ -160,6 +160,14 @@ pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig),
     // A byte order mark is not part of the text (and would shift the columns of line 1).
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let cx = Ctx { text, file };
+    if let Some(at) = text.find('\0') {
+        // TOML's parser calls a file of NUL bytes a key with no value.
+        return Err(cx.err(
+            at..at + 1,
+            "a NUL byte: this is not a text file",
+            "a UTF-8 text file (TOML is UTF-8)",
+        ));
+    }
     cx.compile()
 }
 
@@ -488,6 +496,12 @@ impl Ctx<'_> {
             } else {
                 "an integer too large".into()
             };
+            // Name the key, on the line before the value (toml points at the value only).
+            let line = self.text.get(..span.start).unwrap_or("");
+            let line = &line[line.rfind('\n').map_or(0, |i| i + 1)..];
+            if let Some((key, _)) = line.split_once('=') {
+                what = format!("`{}` = {what}", shorten(key.trim()));
+            }
             expected = "an integer from -2^63 to below 2^63".into();
         } else if what == "invalid boolean" {
             // An unquoted word that starts like `true` or `false` (`fq`, `tcp`): toml reads a
@@ -1082,8 +1096,11 @@ impl Ctx<'_> {
                         "node `{}` has children, but `{key}` is for leaves",
                         d.spec.name
                     ),
-                    "`flow_*` keys only on leaves (nodes no other node names as `parent`); \
-                     to limit the whole node use `rate`",
+                    format!(
+                        "`flow_*` keys only on leaves (nodes no other node names as `parent`); \
+                         `{}` is the node's own, for it as a whole",
+                        key.strip_prefix("flow_").unwrap_or(key)
+                    ),
                 ));
             }
         }
@@ -2341,7 +2358,7 @@ queue = "binary_heap"
         fails(
             "[scheduler]\ncapacity = 99999999999999999999\n",
             2,
-            &["an integer too large", "below 2^63"],
+            &["`capacity` = an integer too large", "below 2^63"],
         );
         // 2^64 - 1 and 2^63 fit a u64, which toml's `Value` refused as "u64 value was too
         // large; expected valid TOML".
@@ -2349,14 +2366,17 @@ queue = "binary_heap"
             fails(
                 &format!("[scheduler]\nflows = {big}\n"),
                 2,
-                &["an integer too large", "below 2^63"],
+                &["`flows` = an integer too large", "below 2^63"],
             );
         }
         fails(
             "[scheduler]\ncapacity = -99999999999999999999\n",
             2,
-            &["an integer too far below zero", "from -2^63"],
+            &["`capacity` = an integer too far below zero", "from -2^63"],
         );
+        // A file of NUL bytes was "a key with no value".
+        fails("\0\0\0\0", 1, &["a NUL byte", "a UTF-8 text file"]);
+        fails("[scheduler]\ncapacity = 1\0\n", 2, &["a NUL byte"]);
         // Echoes stay short; floats show as floats.
         let long = format!("[scheduler]\n{} = 1\n", "k".repeat(3000));
         let e = error(&long);
@@ -2822,10 +2842,12 @@ queue = "binary_heap"
             "flow_reservation = \"1Mbit\"",
         ] {
             let name = &key[..key.find(' ').unwrap_or(0)];
+            // The hint names the node's own key (it said `rate` for every one).
+            let own = format!("`{}` is the node's own", &name["flow_".len()..]);
             fails(
                 &tree_with(key),
                 4,
-                &["node `root` has children", name, "only on leaves"],
+                &["node `root` has children", name, "only on leaves", &own],
             );
         }
         fails(
