@@ -1192,8 +1192,8 @@ impl Ctx<'_> {
                      `capacity` (every queue is sized for all of it)"
                 } else if matches!(e, BuildError::ApproximateLeaf { .. }) {
                     "a queue that keeps its buckets in order at this leaf (cffs, or an exact \
-                     one: binary_heap, btree, skiplist), `queue = \"auto\"`, or the \
-                     approximate queue at an internal node"
+                     one: binary_heap, btree, skiplist), `queue = \"auto\"`, or \
+                     `circular_approx` at an internal node"
                 } else if matches!(e, BuildError::Queue { .. }) {
                     "a queue its kind can build: fewer `buckets`, another `granularity`, \
                      or `queue = \"auto\"`"
@@ -2907,7 +2907,7 @@ queue = "binary_heap"
                 &[
                     "queue `circular_approx` is approximate",
                     "a flow's later packets could leave before its earlier ones",
-                    "or the approximate queue at an internal node",
+                    "or `circular_approx` at an internal node",
                 ],
             );
             // As an internal node, or on `auto` (a cFFS at a leaf), it builds.
