@@ -802,16 +802,8 @@ fn run_without_oracle(
             // it would spin). Asked every third step, at `now`, which may lag the latest.
             if step % 3 == 1 && t == now {
                 let d = s.dequeue(now);
-                if d.is_none() {
-                    let again = s.next_event(now);
-                    prop_assert!(
-                        again.is_none_or(|t| t > now),
-                        "step {}: found nothing at {}, told {:?} again",
-                        step,
-                        now,
-                        again
-                    );
-                }
+                moves_on(&s, now, &d)
+                    .map_err(|e| TestCaseError::fail(format!("step {step}: {e}")))?;
                 counted.dequeue(&s, &d);
                 traffic.left(&d);
                 left(&mut accepted, &d)?;
@@ -829,15 +821,7 @@ fn run_without_oracle(
         prop_assert!(t >= now, "drain: wake at {} before {}", t, now);
         now = t;
         let d = s.dequeue(now);
-        if d.is_none() {
-            let again = s.next_event(now);
-            prop_assert!(
-                again.is_none_or(|t| t > now),
-                "drain: found nothing at {}, told {:?} again",
-                now,
-                again
-            );
-        }
+        moves_on(&s, now, &d).map_err(|e| TestCaseError::fail(format!("drain: {e}")))?;
         counted.dequeue(&s, &d);
         left(&mut accepted, &d)?;
     }
@@ -853,6 +837,16 @@ fn run_without_oracle(
     counted.check(&s, true)?;
     s.check();
     Ok(())
+}
+
+/// A host told to wake at `now` that found nothing there (`d`) must be told a later time, or
+/// it would spin.
+fn moves_on(s: &Scheduler, now: u64, d: &Option<Dequeued>) -> Result<(), String> {
+    let again = s.next_event(now);
+    match (d, again) {
+        (None, Some(t)) if t <= now => Err(format!("found nothing at {now}, told {t} again")),
+        _ => Ok(()),
+    }
 }
 
 /// A random tree, its sizes and shaper, and what happens to it.
