@@ -496,11 +496,14 @@ impl Ctx<'_> {
             } else {
                 "an integer too large".into()
             };
-            // Name the key, on the line before the value (toml points at the value only).
+            // Name the key, the last before the value on its line (toml points at the value
+            // only; in an inline table the key is after its `{` or `,`).
             let line = self.text.get(..span.start).unwrap_or("");
             let line = &line[line.rfind('\n').map_or(0, |i| i + 1)..];
-            if let Some((key, _)) = line.split_once('=') {
-                what = format!("`{}` = {what}", shorten(key.trim()));
+            if let Some((before, _)) = line.rsplit_once('=') {
+                let before = before.trim_end();
+                let key = &before[before.rfind([' ', '\t', '{', ',']).map_or(0, |i| i + 1)..];
+                what = format!("`{}` = {what}", shorten(key));
             }
             expected = "an integer from -2^63 to below 2^63".into();
         } else if what == "invalid boolean" {
@@ -2373,6 +2376,11 @@ queue = "binary_heap"
             "[scheduler]\ncapacity = -99999999999999999999\n",
             2,
             &["`capacity` = an integer too far below zero", "from -2^63"],
+        );
+        fails(
+            &tree_with("queue = { kind = \"ffs\", buckets = 99999999999999999999 }"),
+            4,
+            &["`buckets` = an integer too large"],
         );
         // A file of NUL bytes was "a key with no value".
         fails("\0\0\0\0", 1, &["a NUL byte", "a UTF-8 text file"]);
