@@ -915,7 +915,8 @@ proptest! {
     }
 
     /// Packets with any priority, deadline, slack and remaining size, lengths past
-    /// `max_packet` and pacing rates up to `u64::MAX`: nothing panics, is lost or sent twice.
+    /// `max_packet` and pacing rates from 1 bit/s to `u64::MAX`: nothing panics, is lost or
+    /// sent twice.
     #[test]
     fn any_field_values_lose_nothing(
         c in case(),

@@ -1,8 +1,8 @@
 //! Releases beyond the shaper's horizon, in the order of their times.
 //!
 //! The timing wheel reaches one horizon ahead of its front. A release further ahead waits
-//! here instead, and the wheel holds one item for all of them, the *wake*: at the earliest
-//! one's time, or at the horizon's end if that comes first. When the wake comes up, the
+//! here instead, and the wheel holds one item for all of them, the *wake*, at the horizon's
+//! end (so before the earliest of them). When the wake comes up, the
 //! scheduler moves the wheel's front as far as nothing else in the wheel comes first (to
 //! the earliest release here, or to `now` if earlier), files every release then within the
 //! horizon at its own time, and files the wake again for the rest ([`super::Scheduler`]'s
