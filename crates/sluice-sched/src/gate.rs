@@ -156,18 +156,55 @@ pub fn capped(own: Rate, cap: Option<Rate>) -> Rate {
     cap.map_or(own, |c| own.min(c))
 }
 
-/// The rate a packet's `pacing_bps` gives its flow at a leaf whose `flow_rate` is `cap`:
-/// none for 0 (not given: the flow keeps the rate it has), else at most `cap`. A rate beyond
-/// the largest (2^63 bit/s or more, such as Linux's `~0UL` for a socket not paced) asks for no
-/// pacing of the flow's own: the leaf's `flow_rate`, or the largest rate if it has none.
-/// (Read as not given, it kept the rate the flow's packets had given before.)
-#[inline]
-pub fn own_rate(pacing_bps: u64, cap: Option<Rate>) -> Option<Rate> {
-    match Rate::new(pacing_bps) {
-        Some(r) => Some(capped(r, cap)),
-        None if pacing_bps == 0 => None,
-        None => Some(cap.unwrap_or(Rate::MAX)),
+/// What a packet's `pacing_bps` asks of its flow's gate ([`own_rate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pacing {
+    /// Not given (0): the flow keeps the gate it has; a new flow gets its leaf's `flow_rate`.
+    Keep,
+    /// The flow's gate goes at this rate, or goes away (`None`: no pacing of the flow's own
+    /// and no `flow_rate` at its leaf, so no gate, as a flow that never had one).
+    Set(Option<Rate>),
+}
+
+impl Pacing {
+    /// The rate of a new flow's gate at a leaf whose `flow_rate` is `cap`.
+    #[inline]
+    pub fn for_new_flow(self, cap: Option<Rate>) -> Option<Rate> {
+        match self {
+            Pacing::Keep => cap,
+            Pacing::Set(rate) => rate,
+        }
     }
+}
+
+/// What a packet's `pacing_bps` asks of its flow's gate at a leaf whose `flow_rate` is `cap`:
+/// nothing for 0 (not given: the flow keeps the rate it has), else a rate of at most `cap`. A
+/// rate beyond the largest (2^63 bit/s or more, such as Linux's `~0UL` for a socket not
+/// paced) asks for no pacing of the flow's own: the leaf's `flow_rate`, or no gate at all if
+/// it has none. (Read as not given, it kept the rate the flow's packets had given before; as
+/// a gate at the largest rate, it still held all but two of the flow's packets at the gate
+/// until one of those left, so that a FIFO leaf sent a later flow's packet ahead of them.)
+#[inline]
+pub fn own_rate(pacing_bps: u64, cap: Option<Rate>) -> Pacing {
+    match Rate::new(pacing_bps) {
+        Some(r) => Pacing::Set(Some(capped(r, cap))),
+        None if pacing_bps == 0 => Pacing::Keep,
+        None => Pacing::Set(cap),
+    }
+}
+
+/// Give a flow's `gate` the rate `rate` from `now` on ([`Gate::set_rate`]: what it owes is
+/// paid at the new rate), a new gate with `burst` if it had none, or take it away (`None`).
+#[inline]
+pub fn retune(gate: &mut Option<Gate>, rate: Option<Rate>, burst: u64, now: u64) {
+    *gate = match (*gate, rate) {
+        (Some(mut g), Some(r)) => {
+            g.set_rate(r, now);
+            Some(g)
+        }
+        (None, Some(r)) => Some(Gate::new(r, burst)),
+        (_, None) => None,
+    };
 }
 
 /// A leaf's `flow_rate` (rate and burst) split into the cap [`capped`] takes and the burst a

@@ -18,7 +18,7 @@
 use crate::builder::{BuildError, Horizon, TreeBuilder};
 use crate::classify::Classifier;
 use crate::flow::RECLAIM_TRIES;
-use crate::gate::{Gate, capped, leaf_cap, own_rate};
+use crate::gate::{Gate, Pacing, capped, leaf_cap, own_rate, retune};
 use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
@@ -214,8 +214,10 @@ impl OracleTree {
         if self.beyond_reject {
             let gate = self.by_key.get(&(p.flow, leaf)).and_then(|&id| {
                 let mut g = self.flows[id as usize].gate?;
-                if let Some(r) = own {
-                    g.set_rate(r, self.clock);
+                match own {
+                    Pacing::Keep => {}
+                    Pacing::Set(Some(r)) => g.set_rate(r, self.clock),
+                    Pacing::Set(None) => return None,
                 }
                 Some(g)
             });
@@ -229,7 +231,7 @@ impl OracleTree {
                 id
             }
             None => {
-                let gate = own.or(cap).map(|r| Gate::new(r, burst));
+                let gate = own.for_new_flow(cap).map(|r| Gate::new(r, burst));
                 let fresh = OFlow {
                     key: p.flow,
                     leaf,
@@ -288,12 +290,9 @@ impl OracleTree {
         let meta = Meta::new(p, id, now);
         let f = &mut self.flows[id as usize];
         // A packet's pacing rate, at most the leaf's, updates its flow's gate, or gives it one
-        // (from the latest time seen, as the scheduler's).
-        if let Some(r) = own {
-            match f.gate.as_mut() {
-                Some(g) => g.set_rate(r, self.clock),
-                None => f.gate = Some(Gate::new(r, burst)),
-            }
+        // (from the latest time seen, as the scheduler's), or takes it away.
+        if let Pacing::Set(rate) = own {
+            retune(&mut f.gate, rate, burst, self.clock);
         }
         self.held += 1;
         self.flows[id as usize].queued += 1;
@@ -731,14 +730,7 @@ impl OracleTree {
         };
         let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let rate = rate.map(|r| capped(r, cap)).or(cap);
-        let gate = &mut self.flows[id as usize].gate;
-        *gate = rate.map(|r| match *gate {
-            Some(mut g) => {
-                g.set_rate(r, self.clock);
-                g
-            }
-            None => Gate::new(r, burst),
-        });
+        retune(&mut self.flows[id as usize].gate, rate, burst, self.clock);
         true
     }
 

@@ -47,7 +47,7 @@
 use crate::builder::Horizon;
 use crate::classify::{Classifier, RuleIndex};
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
-use crate::gate::{Gate, GateLine, leaf_cap, own_rate};
+use crate::gate::{Gate, GateLine, Pacing, leaf_cap, own_rate, retune};
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
 use crate::units::Rate;
@@ -582,7 +582,7 @@ impl Scheduler {
             return self.reject(RejectReason::BeyondHorizon, p.token);
         }
         let nodes = &self.nodes;
-        let gate = || own.or(cap).map(|r| Gate::new(r, burst));
+        let gate = || own.for_new_flow(cap).map(|r| Gate::new(r, burst));
         let owes = |f: &Flow| owes_busy_leaf(nodes, f);
         let Some(flow) = self
             .flows
@@ -594,12 +594,10 @@ impl Scheduler {
         let f = &mut self.flows.flows[flow as usize];
         // The packet's own pacing rate (Carousel: set by the transport), at most the leaf's
         // `flow_rate`, updates the gate, or gives one to a flow that had none (its earlier
-        // packets carried no rate). As every change of rate, from the latest time seen.
-        if let Some(r) = own {
-            match f.gate.as_mut() {
-                Some(g) => g.set_rate(r, self.clock),
-                None => f.gate = Some(Gate::new(r, burst)),
-            }
+        // packets carried no rate), or removes it (no pacing asked, no `flow_rate`). As every
+        // change of rate, from the latest time seen.
+        if let Pacing::Set(rate) = own {
+            retune(&mut f.gate, rate, burst, self.clock);
         }
         let per_member = self.nodes[leaf as usize].mode == Mode::PerMember;
         let f = &mut self.flows.flows[flow as usize];

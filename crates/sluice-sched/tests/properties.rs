@@ -3014,6 +3014,30 @@ fn a_pacing_rate_beyond_the_largest_means_no_pacing_of_the_flows_own() {
     }
 }
 
+/// Unpaced means as a flow that never had a rate: no gate at all, so none of its packets wait
+/// at one for the others to leave. At a FIFO leaf without `flow_rate`, a flow whose packets
+/// say `u64::MAX` (first, and after a rate of its own) keeps its place against a later
+/// flow's packet, as one whose packets say nothing. (Given a gate at the largest rate
+/// instead, all but two of its packets waited at it until one of those had left, and the
+/// later flow's packet went ahead of them: 0, 1, 4, 2, 3.)
+#[test]
+fn an_unpaced_flow_keeps_its_place_at_a_fifo_leaf() {
+    for (first, then) in [(0, 0), (u64::MAX, u64::MAX), (1_000_000_000, u64::MAX)] {
+        let mut s = one_leaf(cfg(100), NodeSpec::new("leaf", PolicyKind::Fifo));
+        let mut p = packet(0, 0, 1, 1500);
+        p.fields.pacing_bps = first;
+        s.enqueue(S, &p).unwrap();
+        for token in 1..4 {
+            let mut p = packet(token, 0, 1, 1500);
+            p.fields.pacing_bps = then;
+            s.enqueue(S, &p).unwrap();
+        }
+        s.enqueue(S, &packet(4, 0, 2, 1500)).unwrap();
+        let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(S).map(|d| d.token)).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4], "pacing_bps {first} then {then}");
+    }
+}
+
 /// A pacing rate that comes with a packet stamped with a `now` behind the latest (a clock
 /// that lags or stepped back), or one set by `set_flow_rate` at such a `now`, applies from
 /// the latest time seen: what the gate owes is its lead over that time. (Counted from the

@@ -4,7 +4,7 @@
 
 use super::{NodeId, Scheduler, place};
 use crate::flow::Member;
-use crate::gate::{Gate, capped, leaf_cap};
+use crate::gate::{Gate, capped, leaf_cap, retune};
 use crate::policy::{MemberCfg, Policy};
 use crate::units::Rate;
 
@@ -138,15 +138,8 @@ impl Scheduler {
         };
         let (cap, burst) = leaf_cap(self.nodes[leaf as usize].flow_rate);
         let rate = rate.map(|r| capped(r, cap)).or(cap);
-        let f = &mut self.flows.flows[id as usize];
-        f.gate = match (f.gate, rate) {
-            (Some(mut g), Some(r)) => {
-                g.set_rate(r, self.clock);
-                Some(g)
-            }
-            (None, Some(r)) => Some(Gate::new(r, burst)),
-            (_, None) => None,
-        };
+        let gate = &mut self.flows.flows[id as usize].gate;
+        retune(gate, rate, burst, self.clock);
         true
     }
 }

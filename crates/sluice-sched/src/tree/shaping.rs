@@ -7,9 +7,9 @@
 
 use super::{FAR_WAKE, FLOW_ITEM, Held, NodeId, PAST_GATE, PREFETCH_AHEAD, Scheduler, Verdict};
 use crate::flow::{NIL, rec_of};
+use crate::gate::Pacing;
 use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::Mode;
-use crate::units::Rate;
 use sluice_queue::{PushError, RankQueue, prefetch};
 
 impl Scheduler {
@@ -165,7 +165,7 @@ impl Scheduler {
         &self,
         p: &Packet,
         leaf: NodeId,
-        own: Option<Rate>,
+        own: Pacing,
         now: u64,
     ) -> bool {
         let Some(id) = self.flows.peek(p.flow, leaf, p.flow_id) else {
@@ -174,8 +174,10 @@ impl Scheduler {
         let Some(mut g) = self.flows.flows[id as usize].gate else {
             return false;
         };
-        if let Some(r) = own {
-            g.set_rate(r, self.clock);
+        match own {
+            Pacing::Keep => {}
+            Pacing::Set(Some(r)) => g.set_rate(r, self.clock),
+            Pacing::Set(None) => return false,
         }
         self.horizon.beyond(g.next_free(), now).is_some()
     }
