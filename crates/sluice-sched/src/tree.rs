@@ -1049,11 +1049,28 @@ impl Scheduler {
     }
 
     /// When the flow `key` in `leaf` could release a packet through its own gate (its pacing
-    /// rate) after those it holds, if it has one: the gate's last timestamp, the rank of a
-    /// rate-limit ordered paused-sources queue. (A packet it holds may leave earlier.)
+    /// rate) after those it holds, if it has one: the gate's last timestamp, moved on by the
+    /// packets that wait at the gate unstamped (behind the one in the shaper, or for one of
+    /// those past the gate to leave), as if each were stamped as soon as it may be. The rank
+    /// of a rate-limit ordered paused-sources queue. O(packets waiting at the gate). (A
+    /// packet it holds may leave earlier; the timestamp alone left out those waiting, 36 ms
+    /// early for three 1500 B packets at 1 Mbit/s.)
     pub fn flow_next_release(&self, leaf: NodeId, key: u64) -> Option<u64> {
         let id = self.flows.find(key, leaf)?;
-        self.flows.flows[id as usize].gate.map(|g| g.next_free())
+        let f = &self.flows.flows[id as usize];
+        let mut gate = f.gate?;
+        // The one in the shaper was stamped; those after it were not.
+        let mut pkt = match f.gate_next {
+            NIL => NIL,
+            first if f.parked => f.rec(&self.packets.items, first).next,
+            first => first,
+        };
+        while pkt != NIL {
+            let rec = f.rec(&self.packets.items, pkt);
+            gate.stamp(gate.next_free(), rec.meta.len);
+            pkt = rec.next;
+        }
+        Some(gate.next_free())
     }
 
     /// The flow id of `key` in `leaf`, if present.

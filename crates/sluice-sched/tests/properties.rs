@@ -3844,6 +3844,36 @@ fn a_paced_flow_keeps_its_slot_until_its_burst_is_whole_again() {
     assert!(mbit < 10.5, "{mbit:.1} Mbit/s at 10");
 }
 
+/// `flow_next_release` names when a packet after those the flow holds could go, counting
+/// those that wait at its gate unstamped: five 1500 B packets at 1 Mbit/s (12 ms each) at
+/// once, the first goes, the second waits in the shaper until 12 ms, the other three at the
+/// gate; a sixth then goes at 60 ms, which is what the host is told, to within the shaper's
+/// slot. (Told the gate's last timestamp alone, 24 ms, a host that ranks paused sources by
+/// it woke one 36 ms early.)
+#[test]
+fn the_next_release_counts_the_packets_waiting_at_the_gate() {
+    let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo);
+    leaf.flow_rate = Some(Rate::mbit(1));
+    let mut s = one_leaf(cfg(100), leaf);
+    for token in 0..5 {
+        s.enqueue(S, &packet(token, 0, 7, 1500)).unwrap();
+    }
+    assert_eq!(s.flow_next_release(0, 7), Some(S + 60 * MS));
+    s.enqueue(S, &packet(5, 0, 7, 1500)).unwrap();
+    assert_eq!(s.flow_next_release(0, 7), Some(S + 72 * MS));
+    let times = timed_drain(&mut s, S);
+    let sixth = times
+        .iter()
+        .find(|&&(token, _)| token == 5)
+        .map(|&(_, t)| t);
+    assert!(
+        sixth.is_some_and(|t| t <= 60 * MS && 60 * MS - t < 1024),
+        "{times:?}"
+    );
+    // Drained, the gate's last timestamp is the answer again.
+    assert_eq!(s.flow_next_release(0, 7), Some(S + 72 * MS));
+}
+
 /// An idle flow that may not give up its slot yet (its gate not whole again) does not turn
 /// new flows away while one idle behind it may: it goes to the back of the idle list. Flow 1
 /// (paced at 1 kbit/s: 12 s a packet) and flow 2 (unpaced) fill a two-flow table and empty,
