@@ -323,6 +323,14 @@ fn read_number(number: &str, scale: u64) -> Option<Number> {
         return None;
     }
     let value: f64 = number.parse().ok()?;
+    // An exponent far below -64 underflows to 0: a nonzero mantissa is still a number above
+    // 0 (no whole number of bytes, no rate of 1 bit/s), not 0 (`1e-400B` was a burst of 0).
+    let tiny = value == 0.0 && mantissa.bytes().any(|b| matches!(b, b'1'..=b'9'));
+    let value = if tiny {
+        f64::MIN_POSITIVE.copysign(value)
+    } else {
+        value
+    };
     Some(Number::Float(value * scale as f64))
 }
 
@@ -630,6 +638,16 @@ mod tests {
         assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
         assert!(parse_size("1.5B").is_err());
         assert!(parse_size("-1B").is_err());
+        // Past the exact exponents, f64 underflows to 0; the number is still above 0.
+        for tiny in ["1e-400B", "1e-400", "99E-400GB", "-1e-400B"] {
+            assert!(parse_size(tiny).is_err(), "{tiny}");
+        }
+        assert_eq!(parse_size("0e-400B"), Ok(0));
+        let why = |t: &str| match Rate::parse(t) {
+            Err(UnitError::OutOfRange { why, .. }) => why,
+            other => panic!("{t}: {other:?}"),
+        };
+        assert_eq!(why("1e-400bit"), "rates must be at least 1 bit/s");
         assert!(parse_size("lots").is_err());
         assert_eq!(parse_duration("10ms").unwrap(), 10_000_000);
         assert_eq!(parse_duration("250us").unwrap(), 250_000);
@@ -814,7 +832,9 @@ mod tests {
         assert_eq!(Rate::parse("1.5e-3kbit").map(|r| r.bps()), Ok(2)); // 1.5 bit/s, nearest
         // Exponents beyond ±64 go through f64, i32::MIN too (it overflowed `abs()` and asked
         // for a 2 GiB string of zeros).
-        assert_eq!(parse_size("1e-2147483648B"), Ok(0)); // f64 underflows to 0, as before
+        // f64 underflows to 0, but the number is above 0: no whole number of bytes.
+        assert!(parse_size("1e-2147483648B").is_err());
+        assert_eq!(parse_size("0e-2147483648B"), Ok(0));
         assert!(parse_size("1e-65").is_err()); // not a whole number of bytes
         assert!(Rate::parse("1e-2147483648bit").is_err());
         assert_eq!(parse_size("1.000000001GB"), Ok(1_000_000_001));
