@@ -663,7 +663,8 @@ impl Ctx<'_> {
         } else {
             "the default"
         };
-        if horizon < slot {
+        // An exact structure has no slots: any `slot` and `horizon` will do.
+        if horizon < slot && !cfg.kind.exact() {
             return Err(self.err(
                 span,
                 format!("{a} {horizon} ns `horizon` is shorter than one {slot} ns `slot`"),
@@ -671,7 +672,6 @@ impl Ctx<'_> {
             ));
         }
         let slots = horizon.div_ceil(slot);
-        // An exact structure has no slots: any `slot` and `horizon` will do.
         let slots = if cfg.kind.exact() {
             slots.clamp(2, MAX_BUCKETS)
         } else {
@@ -2509,11 +2509,16 @@ queue = "binary_heap"
 
     #[test]
     fn an_exact_shaper_takes_any_slot_and_horizon() {
-        let c = build_str(
-            "[shaper]\nqueue = \"binary_heap\"\nslot = \"1ns\"\nhorizon = \"10s\"\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n",
-            "t.toml",
-        );
-        assert!(c.is_ok(), "{:?}", c.err().map(|e| e.to_string()));
+        // A slot longer than the horizon too (it was refused, default horizon or given).
+        for shaper in [
+            "queue = \"binary_heap\"\nslot = \"1ns\"\nhorizon = \"10s\"",
+            "queue = \"btree\"\nslot = \"2s\"",
+            "queue = \"skiplist\"\nslot = \"2s\"\nhorizon = \"1ms\"",
+        ] {
+            let text = format!("[shaper]\n{shaper}\n[[node]]\nname = \"r\"\npolicy = \"fifo\"\n");
+            let c = build_str(&text, "t.toml");
+            assert!(c.is_ok(), "{shaper}: {:?}", c.err().map(|e| e.to_string()));
+        }
     }
 
     #[test]
