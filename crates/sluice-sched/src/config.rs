@@ -159,7 +159,11 @@ impl PolicyError {
 pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
     // A byte order mark is not part of the text (and would shift the columns of line 1).
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let cx = Ctx { text, file };
+    let cx = Ctx {
+        text,
+        file,
+        again: 0,
+    };
     if let Some(at) = text.find('\0') {
         // TOML's parser calls a file of NUL bytes a key with no value.
         return Err(cx.err(
@@ -420,6 +424,9 @@ impl<'de> Deserialize<'de> for RawQueue {
 struct Ctx<'a> {
     text: &'a str,
     file: &'a str,
+    /// How many values toml could not hold were replaced to compile it
+    /// ([`Ctx::compile_replacing`]).
+    again: u8,
 }
 
 /// Line and column (both from 1, the column in characters) of byte `offset` in `text`.
@@ -505,7 +512,25 @@ impl Ctx<'_> {
                 let key = &before[before.rfind([' ', '\t', '{', ',']).map_or(0, |i| i + 1)..];
                 what = format!("`{}` = {what}", shorten(key));
             }
-            expected = "an integer from -2^63 to below 2^63".into();
+            // What the key expects, as its own check says it. (Told "an integer from -2^63
+            // to below 2^63" whatever the key, a user who wrote `rate = 10` next was told a
+            // rate is no integer.)
+            let (line, col) = line_col(self.text, span.start);
+            expected = match self.compile_replacing(span.clone()) {
+                // Compiled again for such a value before this one: this one replaced too, the
+                // checks reach that one.
+                Some(Err(e)) if self.again > 0 => return e,
+                Some(Err(PolicyError::Invalid { at, expected, .. }))
+                    if at.line == line && at.col == Some(col) =>
+                {
+                    expected
+                }
+                // Another fault in the file came first (another such value, whose key is
+                // checked first): what TOML holds, and where to look for the rest.
+                _ => "an integer from -2^63 to below 2^63 (as TOML holds them), in the key's \
+                      range (docs/policy-files.md)"
+                    .into(),
+            };
         } else if what == "invalid boolean" {
             // An unquoted word that starts like `true` or `false` (`fq`, `tcp`): toml reads a
             // boolean, where other words get its "string values must be quoted".
@@ -552,6 +577,27 @@ impl Ctx<'_> {
         // Whatever else toml or serde quote, one short line.
         let (what, expected) = (shorten_to(&what, 200), shorten_to(&expected, 400));
         self.err(span, what, expected)
+    }
+
+    /// The file compiled again with -2^63 in place of the value at `span`, an integer toml
+    /// could not hold (beyond 64 bits): a value every key refuses (none takes a negative
+    /// number, several no number at all), so that the key's own check says what it expects.
+    /// `None` after a few such values in one file, each replaced in turn.
+    fn compile_replacing(
+        &self,
+        span: Range<usize>,
+    ) -> Option<Result<(TreeBuilder, SchedConfig), PolicyError>> {
+        if self.again >= 8 {
+            return None;
+        }
+        let (before, after) = (self.text.get(..span.start)?, self.text.get(span.end..)?);
+        let text = format!("{before}{}{after}", i64::MIN);
+        let cx = Ctx {
+            text: &text,
+            file: self.file,
+            again: self.again + 1,
+        };
+        Some(cx.compile())
     }
 
     fn compile(&self) -> Result<(TreeBuilder, SchedConfig), PolicyError> {
@@ -2358,10 +2404,15 @@ queue = "binary_heap"
             &["an array", "a `[scheduler]` table"],
         );
         fails(&tree_with("queue = 1979-05-27"), 4, &["a date-time value"]);
+        // Each says what its key takes, as its own check would (it said "an integer from
+        // -2^63 to below 2^63" for all, and a rate then refused the integer it was given).
         fails(
             "[scheduler]\ncapacity = 99999999999999999999\n",
             2,
-            &["`capacity` = an integer too large", "below 2^63"],
+            &[
+                "`capacity` = an integer too large",
+                "an integer in 1..=16777216",
+            ],
         );
         // 2^64 - 1 and 2^63 fit a u64, which toml's `Value` refused as "u64 value was too
         // large; expected valid TOML".
@@ -2369,18 +2420,50 @@ queue = "binary_heap"
             fails(
                 &format!("[scheduler]\nflows = {big}\n"),
                 2,
-                &["`flows` = an integer too large", "below 2^63"],
+                &[
+                    "`flows` = an integer too large",
+                    "an integer in 1..=16777216",
+                ],
             );
         }
         fails(
             "[scheduler]\ncapacity = -99999999999999999999\n",
             2,
-            &["`capacity` = an integer too far below zero", "from -2^63"],
+            &["`capacity` = an integer too far below zero", "1..=16777216"],
         );
         fails(
             &tree_with("queue = { kind = \"ffs\", buckets = 99999999999999999999 }"),
             4,
-            &["`buckets` = an integer too large"],
+            &[
+                "`buckets` = an integer too large",
+                "an integer in 1..=16777216",
+            ],
+        );
+        fails(
+            &tree_with("rate = 99999999999999999999"),
+            4,
+            &[
+                "`rate` = an integer too large",
+                "a rate in bits per second like",
+            ],
+        );
+        fails(
+            &tree_with("queue = 99999999999999999999"),
+            4,
+            &["`queue` = an integer too large", "a queue kind like"],
+        );
+        // Two in one rule, the later one's key checked first: what TOML holds, and where
+        // the key's range is.
+        let rule = "[[classify]]\nto = \"gold\"\ndport = 99999999999999999999\n\
+                    src = 99999999999999999999\n";
+        fails(
+            &format!("{}{rule}", tree_with("")),
+            15,
+            &[
+                "`dport` = an integer too large",
+                "below 2^63",
+                "docs/policy-files.md",
+            ],
         );
         // A file of NUL bytes was "a key with no value".
         fails("\0\0\0\0", 1, &["a NUL byte", "a UTF-8 text file"]);
