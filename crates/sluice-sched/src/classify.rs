@@ -6,7 +6,7 @@ use crate::packet::Packet;
 use std::net::IpAddr;
 
 /// One condition on a packet.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Match {
     /// The class id the host gave.
     Class(u32),
@@ -119,6 +119,72 @@ impl Rule {
     pub fn shadowed_by(&self, earlier: &Rule) -> bool {
         earlier.all.iter().all(|m| self.all.contains(m))
     }
+
+    /// Which packet fields the rule has a condition on: one bit per [`Match`] variant.
+    fn fields(&self) -> u8 {
+        self.all.iter().fold(0, |mask, m| mask | 1 << m.field())
+    }
+}
+
+impl Match {
+    /// The packet field the condition is on, 0..8 (a rule has at most one per field).
+    fn field(&self) -> u8 {
+        match self {
+            Match::Class(_) => 0,
+            Match::Dscp(_) => 1,
+            Match::Vlan(_) => 2,
+            Match::Proto(_) => 3,
+            Match::Src(..) => 4,
+            Match::Dst(..) => 5,
+            Match::Sport(..) => 6,
+            Match::Dport(..) => 7,
+        }
+    }
+}
+
+/// For each rule, the first rule before it that shadows it ([`Rule::shadowed_by`]: a subset
+/// of its conditions), if any. A rule shadows a later one with one condition per field (as
+/// every rule of a policy file) by having exactly that one's conditions on some of its
+/// fields: so each rule's conditions are filed under its set of fields, and a rule looks
+/// itself up under each set of fields that earlier rules have and that its own include (one
+/// or two in most files, at most 256). Each rule is compared with every rule before it, in
+/// O(rules x such sets) in all: trying each pair took `sluice policy check` 32 s for 40 000
+/// rules, and then a window of the 4096 before each rule 83 s for 600 000. A rule with two
+/// conditions on one field (only a host's own rules can have them) is compared pair by pair.
+pub fn shadowing(rules: &[Rule]) -> Vec<Option<usize>> {
+    use std::collections::HashMap;
+    // (fields, the conditions on them in field order) -> the first rule with exactly those.
+    let mut first: HashMap<(u8, Vec<&Match>), usize> = HashMap::new();
+    let mut field_sets: Vec<u8> = Vec::new();
+    let mut out = Vec::with_capacity(rules.len());
+    for (i, r) in rules.iter().enumerate() {
+        let mut conds: Vec<&Match> = Vec::with_capacity(r.all.len());
+        for m in &r.all {
+            if !conds.contains(&m) {
+                conds.push(m);
+            }
+        }
+        conds.sort_by_key(|m| m.field());
+        let fields = r.fields();
+        if conds.len() != fields.count_ones() as usize {
+            out.push((0..i).find(|&j| r.shadowed_by(&rules[j])));
+            continue;
+        }
+        let found = field_sets
+            .iter()
+            .filter(|&&set| set & !fields == 0)
+            .filter_map(|&set| {
+                let on_set = conds.iter().copied().filter(|m| set & 1 << m.field() != 0);
+                first.get(&(set, on_set.collect())).copied()
+            })
+            .min();
+        out.push(found);
+        if !field_sets.contains(&fields) {
+            field_sets.push(fields);
+        }
+        first.entry((fields, conds)).or_insert(i);
+    }
+    out
 }
 
 /// Ordered rules plus a default.
@@ -382,6 +448,22 @@ mod tests {
             for p in &packets {
                 prop_assert_eq!(index.classify(&c, p), c.classify(p), "{:?}", p);
             }
+        }
+    }
+
+    proptest! {
+        /// Differential: `shadowing` names, for each rule, the first earlier rule whose
+        /// conditions are a subset of its own, as trying every pair does; over small domains
+        /// (so conditions repeat), with rules of two conditions on one field too.
+        #[test]
+        fn shadowing_agrees_with_every_pair(
+            rules in prop::collection::vec(prop::collection::vec(a_match(), 0..6), 0..60),
+        ) {
+            let rules: Vec<Rule> = rules.into_iter().map(|all| Rule { all, leaf: 0 }).collect();
+            let pairs: Vec<Option<usize>> = (0..rules.len())
+                .map(|i| (0..i).find(|&j| rules[i].shadowed_by(&rules[j])))
+                .collect();
+            prop_assert_eq!(shadowing(&rules), pairs);
         }
     }
 

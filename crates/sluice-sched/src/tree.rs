@@ -221,11 +221,6 @@ struct Held {
 const PREFETCH_AHEAD: usize = 4;
 const _: () = assert!(PREFETCH_AHEAD <= UPCOMING);
 
-/// How many rules before it [`Scheduler::describe`] compares each classifier rule with to
-/// say it is never reached: comparing every pair took `sluice policy check` 32 s for 40 000
-/// rules (and hours for the 1.8 M a file may hold).
-const SHADOW_WINDOW: usize = 4096;
-
 /// Prefetch only when flows and packet records take more than this: below it they stay in
 /// the caches, and the hints would only cost instructions (about a tenth more time per packet
 /// at 1e3 flows).

@@ -2,8 +2,9 @@
 //! mode, queues, rate limit and place in its parent, then the classifier and the shaper, with
 //! notes on settings that will not do what they seem to.
 
-use super::{NodeId, SHADOW_WINDOW, Scheduler};
+use super::{NodeId, Scheduler};
 use crate::builder::Horizon;
+use crate::classify::shadowing;
 use crate::policy::{AnyPolicy, MemberCfg, Mode, Policy};
 use crate::units::Rate;
 use sluice_queue::Overflow;
@@ -17,6 +18,7 @@ impl Scheduler {
         self.describe_node(0, "", "", &mut out);
         let name = |l: u16| self.nodes[l as usize].name.as_str();
         let rules = &self.classifier.rules;
+        let shadowed = shadowing(rules);
         for (i, r) in rules.iter().enumerate() {
             let conds: Vec<String> = r.all.iter().map(|m| format!("{m}")).collect();
             let conds = if conds.is_empty() {
@@ -28,9 +30,7 @@ impl Scheduler {
             // Rules that can never send a packet: said right under them (numbered from 1).
             if let Some(why) = r.never_matches() {
                 let _ = writeln!(out, "note: rule {} matches no packet: {why}", i + 1);
-            } else if let Some(j) =
-                (i.saturating_sub(SHADOW_WINDOW)..i).find(|&j| r.shadowed_by(&rules[j]))
-            {
+            } else if let Some(j) = shadowed[i] {
                 let _ = writeln!(
                     out,
                     "note: rule {} is never reached: rule {} before it matches all it would",
@@ -38,13 +38,6 @@ impl Scheduler {
                     j + 1
                 );
             }
-        }
-        if rules.len() > SHADOW_WINDOW {
-            let _ = writeln!(
-                out,
-                "note: each rule was checked for being never reached against the \
-                 {SHADOW_WINDOW} rules before it only"
-            );
         }
         match self.classifier.default {
             Some(d) => {
@@ -59,10 +52,16 @@ impl Scheduler {
         // A leaf that no rule names and that is not the default never receives a packet (all of
         // them, said once above, when there is neither).
         if self.classifier.default.is_some() || !rules.is_empty() {
+            // Marked once for all rules (asked of every rule for each leaf, 65 535 leaves and
+            // 200 000 rules took 6 s).
+            let mut reached = vec![false; self.nodes.len()];
+            for l in rules.iter().map(|r| r.leaf).chain(self.classifier.default) {
+                if let Some(r) = reached.get_mut(usize::from(l)) {
+                    *r = true;
+                }
+            }
             for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.leaf) {
-                let reached = self.classifier.default == Some(i as u16)
-                    || rules.iter().any(|r| usize::from(r.leaf) == i);
-                if !reached {
+                if !reached[i] {
                     let _ = writeln!(
                         out,
                         "note: leaf `{}` receives no packet: no rule sends to it and it is not \
