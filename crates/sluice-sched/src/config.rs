@@ -75,6 +75,8 @@ use std::ops::Range;
 use std::path::Path;
 use toml::{Spanned, Value};
 
+mod bounds;
+
 /// Most packets (`capacity`) and flow-table slots (`flows`) a policy file may ask for.
 pub const MAX_COUNT: u64 = crate::builder::MAX_PACKETS as u64;
 
@@ -170,6 +172,30 @@ pub fn compile_str(text: &str, file: &str) -> Result<(TreeBuilder, SchedConfig),
             at..at + 1,
             "a NUL byte: this is not a text file",
             "a UTF-8 text file (TOML is UTF-8)",
+        ));
+    }
+    if let Some((at, tables)) = bounds::first_excess(text) {
+        let (what, max, each) = if tables {
+            (
+                "tables (`[table]`, `[[array]]` and `{ inline }`)",
+                bounds::MAX_TABLES,
+                "about 1.5 KB a table",
+            )
+        } else {
+            (
+                "values (counted by `=`, `,` and arrays' `[`)",
+                bounds::MAX_VALUES,
+                "up to 400 B a value",
+            )
+        };
+        return Err(cx.err(
+            at..at + 1,
+            format!("more than {max} {what} in one file"),
+            format!(
+                "at most {max}: the TOML parser holds the whole file in memory before any \
+                 check, {each} (the largest tree, 65 535 nodes each with an inline \
+                 `queue` table, fits)"
+            ),
         ));
     }
     cx.compile()
@@ -2188,6 +2214,33 @@ queue = "binary_heap"
             1,
             &["invalid type: string \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...;"],
         );
+    }
+
+    /// toml holds a whole file before any check: an 18 MB file of inline tables took more
+    /// than 4 GB and aborted. Too many tables or values are refused before it parses, at the
+    /// first one too many; the largest tree still compiles.
+    #[test]
+    fn files_that_would_take_too_much_memory_to_parse_are_refused_first() {
+        let tables = format!("x = [\n{}]\n", "{ a = 1 },\n".repeat(3_000_000));
+        fails(
+            &tables,
+            131_074,
+            &["more than 131072 tables", "1.5 KB a table"],
+        );
+        let values = format!("x = [{}]\n", "1, ".repeat(2_000_000));
+        let e = error(&values);
+        assert!(
+            e.starts_with("t.toml:1:3145729: more than 1048576 values"),
+            "{e}"
+        );
+        let mut tree = String::from("[[node]]\nname = \"r\"\npolicy = \"wfq\"\n");
+        for i in 1..65_535 {
+            tree += &format!(
+                "[[node]]\nname = \"n{i}\"\nparent = \"r\"\npolicy = \"fifo\"\n\
+                 queue = {{ kind = \"ffs\", buckets = 8 }}\n"
+            );
+        }
+        assert!(compile_str(&tree, "t.toml").is_ok());
     }
 
     #[test]
