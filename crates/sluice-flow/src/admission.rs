@@ -551,6 +551,20 @@ impl Admission {
         self.resume_one(ss)
     }
 
+    /// Source `src`, which holds nothing and is neither paused nor granted a slot, is given to
+    /// another flow: the resume credit its old flow left goes (it was granted to that flow, and
+    /// would let the new one place packets ahead of paused sources).
+    #[inline]
+    pub(crate) fn reuse_in<S: Slots<Source> + ?Sized>(ss: &mut S, src: u32) {
+        if let Some(s) = ss.slot_mut(src) {
+            debug_assert!(
+                !Self::wants(s) && !s.granted,
+                "source {src} reused while in use"
+            );
+            s.credit = 0;
+        }
+    }
+
     /// Resume the best paused source into a free slot, if there is one and a slot is free.
     fn resume_one<S: Slots<Source> + ?Sized>(&mut self, ss: &mut S) -> Option<u32> {
         if self.occupancy + self.grants >= self.cfg.capacity {

@@ -201,6 +201,13 @@ impl<X> FlowTable<X> {
         self.adm.idle_in(&mut self.recs[..], flow)
     }
 
+    /// Give `flow`'s id, which holds nothing, to another flow: the resume credit the old flow
+    /// left is dropped (the id's queue and in-flight count are empty already).
+    #[inline]
+    pub(crate) fn reuse(&mut self, flow: u32) {
+        Admission::reuse_in(&mut self.recs[..], flow);
+    }
+
     /// [`Admission::is_paused`].
     #[inline]
     pub fn is_paused(&self, flow: u32) -> bool {

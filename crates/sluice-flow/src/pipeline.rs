@@ -23,7 +23,8 @@
 //!
 //! The pipeline owns the packet descriptors it holds (the host's [`Packet`], whose `token`
 //! names the host's buffer). Sources are flows, identified by `Packet::flow`, and are forgotten
-//! as soon as they hold nothing. Time is passed in; nothing reads a clock.
+//! as soon as they hold nothing (a new flow given a forgotten one's source id inherits none of
+//! its state, its unspent resume credit included). Time is passed in; nothing reads a clock.
 
 use crate::admission::{Admission, AdmissionConfig, AdmissionError, PausedOrder, Probe, Verdict};
 use crate::completion::{Completions, Outcome, Ticket};
@@ -336,6 +337,9 @@ impl Pipeline {
                     self.by_key.insert(pkt.flow, s);
                     self.keys[s as usize] = pkt.flow;
                     *self.src_mut(s) = Source::default();
+                    // The id's admission state is idle, but may keep the resume credit its
+                    // forgotten flow did not spend: the new flow must not jump ahead with it.
+                    self.flows.reuse(s);
                     s
                 }
                 None => return self.at_bound("sources"),

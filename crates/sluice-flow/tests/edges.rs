@@ -1,10 +1,11 @@
 //! Edge cases an audit found, each once a bug: a source the scheduler refused was never
 //! forgotten; a paused-sources queue that could refuse a rank lost the source; bad flow ids
 //! were counted as memory bounds and blocked a doorbell lane for good; a source that could
-//! send at once ranked 0 among sources paused by rate limit and unsorted them. (An engine that
-//! stalled and installed an old rate is tested in `engine.rs`.)
+//! send at once ranked 0 among sources paused by rate limit and unsorted them; a new flow given
+//! a forgotten flow's source id spent that flow's resume credit to pass paused sources. (An
+//! engine that stalled and installed an old rate is tested in `engine.rs`.)
 
-use sluice_flow::admission::{Admission, AdmissionConfig, PausedOrder, Verdict};
+use sluice_flow::admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
 use sluice_flow::completion::Completions;
 use sluice_flow::doorbell::{DoorbellEngine, lane};
 use sluice_flow::dpfq::{Dpfq, RingPool};
@@ -131,4 +132,44 @@ fn by_rate_limit_a_source_that_may_send_now_does_not_unsort_the_paced_ones() {
         }
     }
     assert_eq!(order, [3, 4, 12, 11]);
+}
+
+#[test]
+fn a_new_flow_on_a_reused_source_id_has_no_resume_credit() {
+    // A scheduled buffer of three, fair share, three packets per source. B is resumed with a
+    // credit of two, spends one, and is forgotten when its packets leave. D then gets B's
+    // source id while A is paused: D, a new flow, must queue behind A, not spend B's credit.
+    let mut b = TreeBuilder::new(SchedConfig {
+        capacity: 3,
+        flows: 64,
+        ..SchedConfig::default()
+    });
+    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
+    b.default_leaf(root);
+    let cfg = PipelineConfig {
+        per_source: 3,
+        probe: Probe::FairShare,
+        ..PipelineConfig::new(8, 3, 64)
+    };
+    let mut p = Pipeline::new(b.build().unwrap(), cfg).unwrap();
+    p.ingress(0, pkt(1, 10, 100)).unwrap(); // A: admitted
+    p.ingress(0, pkt(2, 20, 100)).unwrap(); // B: admitted
+    p.ingress(0, pkt(2, 21, 100)).unwrap(); // B: above its share: paused
+    p.ingress(0, pkt(1, 11, 100)).unwrap(); // A: above its share: paused
+    assert_eq!(p.egress(0).unwrap().token, 10); // B resumed with credit 2, places 21
+    p.ingress(0, pkt(1, 12, 100)).unwrap(); // A still paused
+    p.ingress(0, pkt(3, 30, 100)).unwrap(); // C: room, but A is paused ahead of it
+    assert_eq!(p.egress(0).unwrap().token, 20); // A resumed, places 11, paused again
+    assert_eq!(p.egress(0).unwrap().token, 21); // C resumed; B holds nothing: forgotten
+    assert_eq!(p.admission().paused(), 1, "A waits");
+    assert!(p.flows().is_paused(0), "A is source 0");
+    let admitted = p.admission().stats().admitted;
+    p.ingress(0, pkt(4, 40, 100)).unwrap(); // D: B's old source id
+    assert_eq!(
+        p.admission().stats().admitted,
+        admitted,
+        "D was admitted ahead of the paused A"
+    );
+    assert_eq!(p.admission().paused(), 2, "D waits behind A");
+    p.check();
 }
