@@ -332,18 +332,31 @@ impl Nba {
     }
 
     /// Change aggregate `a`'s rate at run time. The engines' allocations are rescaled to the
-    /// new rate at once (in proportion to what each has now), so the sum never exceeds it
-    /// while the next allocation measures demand again.
+    /// new rate at once, so the sum never exceeds it while the next allocation measures demand
+    /// again: each engine keeps 1 bit/s, and what it has above that is scaled in proportion
+    /// (an unchanged rate changes nothing). A rate the engines' headroom would exceed (any
+    /// rate below 1 bit/s per engine does) is refused and changes nothing.
     pub fn set_rate(&mut self, a: AggregateId, rate: Rate) -> Result<(), NbaError> {
         let Some(agg) = self.aggs.get(a) else {
             return Ok(());
         };
         let headroom = headroom_for(&agg.name, rate, self.engines, self.cfg)?;
-        let old = agg.rate.bps();
         let n = self.engines;
+        // The headroom checks (here and at construction) make both rates at least `n` bit/s.
+        // The allocations sum to at most the old rate and are at least 1 bit/s each, so their
+        // parts above 1 bit/s sum to at most `old - n`: scaled to `new - n`, plus the 1 bit/s
+        // each keeps, they sum to at most the new rate. (Scaling the whole allocation and
+        // raising a result of 0 to 1 added bit/s nobody gave up.)
+        let spare_old = u128::from(agg.rate.bps().saturating_sub(n as u64));
+        let spare_new = u128::from(rate.bps().saturating_sub(n as u64));
         for s in &mut self.slots[a * n..(a + 1) * n] {
-            s.alloc =
-                ((u128::from(s.alloc) * u128::from(rate.bps()) / u128::from(old)) as u64).max(1);
+            let above = u128::from(s.alloc.saturating_sub(1));
+            // With no spare at the old rate every engine had exactly 1 bit/s: they share the
+            // new spare equally.
+            let scaled = (above * spare_new)
+                .checked_div(spare_old)
+                .unwrap_or_else(|| spare_new / n as u128);
+            s.alloc = 1 + scaled as u64;
         }
         self.aggs[a].rate = rate;
         self.aggs[a].headroom = headroom;
@@ -567,6 +580,45 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_lower_rate_set_at_run_time_is_never_exceeded() {
+        // Engine 0 busy, engines 1 and 2 idle with the 1% headroom each: 9 800, 100 and 100 of
+        // 10 000 bit/s. Rescaled to 3 bit/s, the idle ones' 0.03 bit/s used to be raised to 1
+        // without taking it from engine 0: 2 + 1 + 1 = 4 bit/s.
+        let agg = [Aggregate::new("a", Rate::new(10_000).unwrap())];
+        let mut nba = Nba::new(3, &agg, NbaConfig::default()).unwrap();
+        nba.tick(0);
+        for e in 0..3 {
+            nba.record(
+                e,
+                Usage {
+                    aggregate: 0,
+                    bytes: 0,
+                    at: 0,
+                },
+            );
+        }
+        for (e, bytes) in [(0, 1_000), (1, 0), (2, 0)] {
+            nba.record(
+                e,
+                Usage {
+                    aggregate: 0,
+                    bytes,
+                    at: 1_000_000_000,
+                },
+            );
+        }
+        nba.allocate(1_000_000_000);
+        let allocs = |nba: &Nba| (0..3).map(|e| nba.allocation(e, 0)).collect::<Vec<_>>();
+        assert_eq!(allocs(&nba), [9_800, 100, 100]);
+        nba.set_rate(0, Rate::new(3).unwrap()).unwrap();
+        assert_eq!(
+            allocs(&nba),
+            [1, 1, 1],
+            "each keeps 1 bit/s, the sum is the rate"
+        );
+    }
+
     const G: u64 = 1_000_000_000;
     const M: u64 = 1_000_000;
     const H: u64 = 10 * M; // 1% of 1 Gbit/s
@@ -747,8 +799,53 @@ mod tests {
         ]
     }
 
+    /// A rate in bit/s: small (near the engine count) or anywhere up to the largest.
+    fn any_rate() -> impl Strategy<Value = u64> {
+        prop_oneof![1u64..40, 1u64..=i64::MAX as u64]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_rate_set_at_run_time_is_never_exceeded(
+            engines in 1usize..12,
+            old in any_rate(),
+            new in any_rate(),
+            weights in prop::collection::vec(prop_oneof![Just(0u64), any::<u64>()], 12),
+        ) {
+            prop_assume!(old >= engines as u64);
+            let agg = [Aggregate::new("a", Rate::new(old).unwrap())];
+            let mut nba = Nba::new(engines, &agg, NbaConfig::default()).unwrap();
+            // Any allocations the allocator's invariants allow: at least 1 bit/s each, at most
+            // the old rate in all.
+            let weights = &weights[..engines];
+            let total: u128 = weights.iter().map(|&w| u128::from(w)).sum::<u128>().max(1);
+            let spare = u128::from(old - engines as u64);
+            for (s, &w) in nba.slots.iter_mut().zip(weights) {
+                s.alloc = 1 + (spare * u128::from(w) / total) as u64;
+            }
+            let before: Vec<u64> = (0..engines).map(|e| nba.allocation(e, 0)).collect();
+            prop_assert!(before.iter().sum::<u64>() <= old);
+            let r = nba.set_rate(0, Rate::new(new).unwrap());
+            let after: Vec<u64> = (0..engines).map(|e| nba.allocation(e, 0)).collect();
+            if new < engines as u64 {
+                prop_assert!(matches!(r, Err(NbaError::HeadroomExceedsRate { .. })), "{:?}", r);
+                prop_assert_eq!(&after, &before, "a refused change changes nothing");
+                prop_assert_eq!(nba.total(0).bps(), old);
+            } else {
+                prop_assert!(r.is_ok(), "{:?}", r);
+                let sum: u128 = after.iter().map(|&x| u128::from(x)).sum();
+                prop_assert!(sum <= u128::from(new), "{:?} sum above {}", after, new);
+                prop_assert!(after.iter().all(|&x| x >= 1), "{:?}", after);
+                if new == old {
+                    prop_assert_eq!(&after, &before);
+                }
+                for (e, &x) in after.iter().enumerate() {
+                    prop_assert_eq!(nba.rate(e, 0).bps(), x, "installable as it is");
+                }
+            }
+        }
 
         #[test]
         fn water_fill_properties(
