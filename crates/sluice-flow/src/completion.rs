@@ -256,10 +256,9 @@ impl Completions {
             return Err(CompletionError::Unknown);
         };
         if !s.live || s.generation != ticket.generation {
-            // Older generations of this slot were completed; newer ones were never issued.
-            let double =
-                ticket.generation < s.generation || (!s.live && ticket.generation == s.generation);
-            if double {
+            // Older generations of this slot were completed; the slot's own one is live, or,
+            // once that was completed, the next one, not issued yet; newer ones never were.
+            if ticket.generation < s.generation {
                 self.stats.double += 1;
                 return Err(CompletionError::Double);
             }
@@ -335,6 +334,23 @@ mod tests {
     }
 
     #[test]
+    fn a_never_issued_ticket_is_unknown_not_double() {
+        // Completing a packet moves its slot to the next generation, not issued yet: a ticket
+        // naming it was never admitted (it used to count as a double).
+        let mut c = Completions::new(4, 2, 2);
+        let t = c.admit(0, 7).unwrap();
+        c.complete(t, Outcome::Sent).unwrap();
+        let never_issued = Ticket::from_raw(t.to_raw() + 1);
+        assert_eq!(
+            c.complete(never_issued, Outcome::Sent),
+            Err(CompletionError::Unknown)
+        );
+        assert_eq!(c.complete(t, Outcome::Sent), Err(CompletionError::Double));
+        assert_eq!((c.stats().double, c.stats().unknown), (1, 1));
+        assert!(c.is_empty());
+    }
+
+    #[test]
     fn full_and_out_of_range_flows_are_refused() {
         let mut c = Completions::new(1, 1, 2);
         assert!(c.admit(5, 0).is_none());
@@ -369,16 +385,30 @@ mod tests {
                         done.push(t);
                     }
                     _ => {
-                        let forged = if done.is_empty() || x % 2 == 0 { Ticket::from_raw(x) } else { done[x as usize % done.len()] };
+                        // Any value, a redeemed ticket, or the generation after one (issued
+                        // later, or not yet).
+                        let forged = match (done.is_empty(), x % 3) {
+                            (true, _) | (_, 0) => Ticket::from_raw(x),
+                            (_, 1) => done[x as usize % done.len()],
+                            _ => Ticket::from_raw(done[x as usize % done.len()].to_raw() + 1),
+                        };
                         let before = c.len();
-                        if let Ok(got) = c.complete(forged, Outcome::Sent) {
-                            // A forged value can only succeed by naming a live ticket exactly.
-                            let pos = live.iter().position(|(t, _)| *t == forged).expect("only live tickets complete");
-                            let (_, tok) = live.swap_remove(pos);
-                            prop_assert_eq!(got.token, tok);
-                            prop_assert!(completed.insert(tok));
-                        } else {
-                            prop_assert_eq!(c.len(), before);
+                        match c.complete(forged, Outcome::Sent) {
+                            Ok(got) => {
+                                // A forged value can only succeed by naming a live ticket exactly.
+                                let pos = live.iter().position(|(t, _)| *t == forged).expect("only live tickets complete");
+                                let (_, tok) = live.swap_remove(pos);
+                                prop_assert_eq!(got.token, tok);
+                                prop_assert!(completed.insert(tok));
+                                done.push(forged);
+                            }
+                            Err(e) => {
+                                prop_assert_eq!(c.len(), before);
+                                // A double is a ticket issued and completed; anything else
+                                // was never issued.
+                                let issued = done.contains(&forged);
+                                prop_assert_eq!(e == CompletionError::Double, issued, "{:?} {:?}", forged, e);
+                            }
                         }
                     }
                 }
