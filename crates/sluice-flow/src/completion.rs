@@ -10,7 +10,10 @@
 //! A ticket carries the generation of its slot. Redeeming it twice, or redeeming one that was
 //! never issued (a corrupt or foreign ticket), is detected, counted and refused, and changes
 //! nothing: a buggy or hostile host cannot make the tracker complete a packet twice or free a
-//! slot that is in use.
+//! slot that is in use. A slot that has issued all 2^32 generations (the free list is LIFO, so
+//! under light load one slot takes every packet: 2^32 packets are 71 minutes at 1 Mpps) is
+//! retired rather than start over, which would make its old tickets good again; a new slot
+//! takes its place (24 bytes per 2^32 packets).
 //!
 //! The per-flow count of packets in flight implements a TSQ-like limit: with the default of
 //! two, a flow may have two packets between admission and completion, and must wait for a
@@ -105,13 +108,20 @@ struct Slot {
     flow: u32,
     generation: u32,
     live: bool,
+    /// Every generation has been issued: the slot is never used again.
+    retired: bool,
 }
+
+/// The generation a slot's first packet gets.
+const FIRST_GENERATION: u32 = 0;
 
 /// The tracker; see the module note. Capacity and flows are fixed at construction.
 #[derive(Debug)]
 pub struct Completions {
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Slots retired (neither free nor in flight).
+    retired: usize,
     inflight: Vec<u32>,
     capacity: usize,
     limit: u32,
@@ -125,6 +135,7 @@ impl Completions {
         Completions {
             slots: Vec::with_capacity(capacity),
             free: Vec::with_capacity(capacity),
+            retired: 0,
             inflight: vec![0; flows],
             capacity,
             limit,
@@ -134,7 +145,7 @@ impl Completions {
 
     /// Packets in flight.
     pub fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free.len() - self.retired
     }
 
     /// True when nothing is in flight.
@@ -211,13 +222,20 @@ impl Completions {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
+                // Tickets name slots by 32 bits (beyond the capacity only after 2^64 packets,
+                // one slot retired every 2^32).
+                let Ok(i) = u32::try_from(self.slots.len()) else {
+                    self.stats.full += 1;
+                    return None;
+                };
                 self.slots.push(Slot {
                     token: 0,
                     flow: 0,
-                    generation: 0,
+                    generation: FIRST_GENERATION,
                     live: false,
+                    retired: false,
                 });
-                (self.slots.len() - 1) as u32
+                i
             }
         };
         let s = &mut self.slots[index as usize];
@@ -258,7 +276,9 @@ impl Completions {
         if !s.live || s.generation != ticket.generation {
             // Older generations of this slot were completed; the slot's own one is live, or,
             // once that was completed, the next one, not issued yet; newer ones never were.
-            if ticket.generation < s.generation {
+            // A retired slot issued and completed them all.
+            let age = |g: u32| g.wrapping_sub(FIRST_GENERATION);
+            if s.retired || age(ticket.generation) < age(s.generation) {
                 self.stats.double += 1;
                 return Err(CompletionError::Double);
             }
@@ -268,7 +288,14 @@ impl Completions {
         s.live = false;
         s.generation = s.generation.wrapping_add(1);
         let (token, flow) = (s.token, s.flow);
-        self.free.push(ticket.index);
+        if s.generation == FIRST_GENERATION {
+            // Every generation has been issued (2^32 packets): reused, the slot would make its
+            // first ticket, long redeemed, good again. Retired, it costs its 24 bytes.
+            s.retired = true;
+            self.retired += 1;
+        } else {
+            self.free.push(ticket.index);
+        }
         // Slots only ever hold flows admitted in range.
         let n = ss.slot_mut(flow).expect("admitted flows are in range");
         *n -= 1;
@@ -348,6 +375,42 @@ mod tests {
         assert_eq!(c.complete(t, Outcome::Sent), Err(CompletionError::Double));
         assert_eq!((c.stats().double, c.stats().unknown), (1, 1));
         assert!(c.is_empty());
+    }
+
+    /// Move free slot `index` on to where `uses_left` more packets use up its generations (as
+    /// if it had taken 2^32 - `uses_left` packets since the tracker was made).
+    fn near_its_last_generation(c: &mut Completions, index: usize, uses_left: u32) {
+        assert!(!c.slots[index].live);
+        c.slots[index].generation = FIRST_GENERATION.wrapping_sub(uses_left);
+    }
+
+    #[test]
+    fn a_redeemed_ticket_stays_refused_when_its_slot_has_used_every_generation() {
+        // Under light load the free list hands one slot every packet; after 2^32 packets its
+        // 32-bit generation came back to its first, and the first ticket completed the live
+        // packet then in the slot (whose own ticket was then refused as a double).
+        let mut c = Completions::new(1, 1, 2);
+        let first = c.admit(0, 1).unwrap();
+        c.complete(first, Outcome::Sent).unwrap();
+        near_its_last_generation(&mut c, 0, 1);
+        let last = c.admit(0, 2).unwrap();
+        c.complete(last, Outcome::Sent).unwrap();
+        let t = c.admit(0, 3).expect("room for one packet");
+        for stale in [first, last] {
+            assert_eq!(
+                c.complete(stale, Outcome::Sent),
+                Err(CompletionError::Double)
+            );
+        }
+        assert_ne!(
+            t.index, first.index,
+            "a used-up slot is not handed out again"
+        );
+        assert!(c.admit(0, 4).is_none(), "still one packet at most");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.complete(t, Outcome::Sent).unwrap().token, 3);
+        assert!(c.is_empty());
+        assert_eq!((c.stats().double, c.stats().full), (2, 1));
     }
 
     #[test]
