@@ -8,18 +8,24 @@
 //! [`Completions::complete`] redeems it exactly once.
 //!
 //! A ticket carries the generation of its slot. Redeeming it twice, or redeeming one that was
-//! never issued (a corrupt or foreign ticket), is detected, counted and refused, and changes
-//! nothing: a buggy or hostile host cannot make the tracker complete a packet twice or free a
-//! slot that is in use. A slot that has issued all 2^32 generations (the free list is LIFO, so
-//! under light load one slot takes every packet: 2^32 packets are 71 minutes at 1 Mpps) is
-//! retired rather than start over, which would make its old tickets good again; a new slot
-//! takes its place (24 bytes per 2^32 packets).
+//! never issued (a corrupt ticket), is detected, counted and refused, and changes nothing: a
+//! buggy or hostile host cannot make the tracker complete a packet twice or free a slot that is
+//! in use. Each tracker's generations start at a seed of its own, so a foreign ticket (another
+//! tracker's) is caught and refused too, unless the 32-bit generations collide (it names a slot
+//! of this tracker and the generation live in it, as a forged value may by chance); it counts
+//! as unknown, or as a double if the slot has already issued its generation.
+//!
+//! A slot that has issued all 2^32 generations (the free list is LIFO, so under light load one
+//! slot takes every packet: 2^32 packets are 71 minutes at 1 Mpps) is retired rather than start
+//! over, which would make its old tickets good again; a new slot takes its place (24 bytes per
+//! 2^32 packets).
 //!
 //! The per-flow count of packets in flight implements a TSQ-like limit: with the default of
 //! two, a flow may have two packets between admission and completion, and must wait for a
 //! completion before it sends a third.
 
 use crate::Slots;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Default packets a flow may have in flight (TSQ, zD §4.1).
 pub const DEFAULT_INFLIGHT_LIMIT: u32 = 2;
@@ -75,10 +81,11 @@ pub struct Completion {
 /// Why a completion was refused. Each is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CompletionError {
-    /// The packet was already completed.
+    /// The packet was already completed (or, for another tracker's ticket, the slot it names
+    /// has already issued its generation).
     #[error("double completion")]
     Double,
-    /// No packet was ever admitted with this ticket.
+    /// No packet was ever admitted with this ticket (by this tracker).
     #[error("completion for a packet never admitted")]
     Unknown,
 }
@@ -112,8 +119,16 @@ struct Slot {
     retired: bool,
 }
 
-/// The generation a slot's first packet gets.
-const FIRST_GENERATION: u32 = 0;
+/// A generation to start a new tracker's slots from, different for each tracker made, so that
+/// a ticket of one tracker names a generation another has not issued (unless their 32-bit
+/// generations happen to meet), as sluice-queue does for its handles.
+fn next_seed() -> u32 {
+    static COUNTER: AtomicU32 = AtomicU32::new(1);
+    // Spread consecutive trackers far apart in generation space (golden-ratio stride).
+    COUNTER
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9E37_79B9)
+}
 
 /// The tracker; see the module note. Capacity and flows are fixed at construction.
 #[derive(Debug)]
@@ -122,6 +137,8 @@ pub struct Completions {
     free: Vec<u32>,
     /// Slots retired (neither free nor in flight).
     retired: usize,
+    /// The generation every slot starts at (see [`next_seed`]).
+    seed: u32,
     inflight: Vec<u32>,
     capacity: usize,
     limit: u32,
@@ -136,6 +153,7 @@ impl Completions {
             slots: Vec::with_capacity(capacity),
             free: Vec::with_capacity(capacity),
             retired: 0,
+            seed: next_seed(),
             inflight: vec![0; flows],
             capacity,
             limit,
@@ -231,7 +249,7 @@ impl Completions {
                 self.slots.push(Slot {
                     token: 0,
                     flow: 0,
-                    generation: FIRST_GENERATION,
+                    generation: self.seed,
                     live: false,
                     retired: false,
                 });
@@ -277,7 +295,7 @@ impl Completions {
             // Older generations of this slot were completed; the slot's own one is live, or,
             // once that was completed, the next one, not issued yet; newer ones never were.
             // A retired slot issued and completed them all.
-            let age = |g: u32| g.wrapping_sub(FIRST_GENERATION);
+            let age = |g: u32| g.wrapping_sub(self.seed);
             if s.retired || age(ticket.generation) < age(s.generation) {
                 self.stats.double += 1;
                 return Err(CompletionError::Double);
@@ -288,7 +306,7 @@ impl Completions {
         s.live = false;
         s.generation = s.generation.wrapping_add(1);
         let (token, flow) = (s.token, s.flow);
-        if s.generation == FIRST_GENERATION {
+        if s.generation == self.seed {
             // Every generation has been issued (2^32 packets): reused, the slot would make its
             // first ticket, long redeemed, good again. Retired, it costs its 24 bytes.
             s.retired = true;
@@ -377,11 +395,27 @@ mod tests {
         assert!(c.is_empty());
     }
 
+    #[test]
+    fn another_trackers_tickets_are_refused_as_unknown() {
+        // Two trackers made alike: the first ticket of each used to be slot 0, generation 0.
+        let mut a = Completions::new(4, 2, 2);
+        let mut b = Completions::new(4, 2, 2);
+        let ta = a.admit(0, 1).unwrap();
+        let tb = b.admit(0, 2).unwrap();
+        assert_eq!(a.complete(tb, Outcome::Sent), Err(CompletionError::Unknown));
+        assert_eq!(b.complete(ta, Outcome::Sent), Err(CompletionError::Unknown));
+        for c in [&a, &b] {
+            assert_eq!((c.len(), c.stats().unknown, c.stats().double), (1, 1, 0));
+        }
+        assert_eq!(a.complete(ta, Outcome::Sent).unwrap().token, 1);
+        assert_eq!(b.complete(tb, Outcome::Sent).unwrap().token, 2);
+    }
+
     /// Move free slot `index` on to where `uses_left` more packets use up its generations (as
     /// if it had taken 2^32 - `uses_left` packets since the tracker was made).
     fn near_its_last_generation(c: &mut Completions, index: usize, uses_left: u32) {
         assert!(!c.slots[index].live);
-        c.slots[index].generation = FIRST_GENERATION.wrapping_sub(uses_left);
+        c.slots[index].generation = c.seed.wrapping_sub(uses_left);
     }
 
     #[test]
@@ -470,7 +504,8 @@ mod tests {
                                 // A double is a ticket issued and completed; anything else
                                 // was never issued.
                                 let issued = done.contains(&forged);
-                                prop_assert_eq!(e == CompletionError::Double, issued, "{:?} {:?}", forged, e);
+                                let double = e == CompletionError::Double;
+                                prop_assert_eq!(double, issued, "{:?} {:?}", forged, e);
                             }
                         }
                     }
