@@ -11,7 +11,20 @@ use sluice_flow::doorbell::{DoorbellEngine, lane};
 use sluice_flow::dpfq::{Dpfq, RingPool};
 use sluice_flow::pipeline::{Pipeline, PipelineConfig};
 use sluice_queue::{Overflow, QueueKind, QueueSpec};
-use sluice_sched::{NodeSpec, Packet, PolicyKind, SchedConfig, TreeBuilder};
+use sluice_sched::{NodeSpec, Packet, PolicyKind, SchedConfig, Scheduler, TreeBuilder};
+
+/// A scheduler of one leaf running `policy`, holding `capacity` packets of up to `flows`
+/// flows.
+fn one_leaf(policy: PolicyKind, capacity: usize, flows: usize) -> Scheduler {
+    let mut b = TreeBuilder::new(SchedConfig {
+        capacity,
+        flows,
+        ..SchedConfig::default()
+    });
+    let root = b.root(NodeSpec::new("root", policy));
+    b.default_leaf(root);
+    b.build().unwrap()
+}
 
 fn pkt(flow: u64, token: u64, len: u32) -> Packet {
     Packet {
@@ -26,14 +39,8 @@ fn pkt(flow: u64, token: u64, len: u32) -> Packet {
 fn a_source_whose_packets_the_scheduler_refused_is_forgotten() {
     // The scheduler's flow table holds one flow, the pipeline four sources: flows 2 to 4 are
     // accepted, then refused by the scheduler (its table is full) and handed back.
-    let mut b = TreeBuilder::new(SchedConfig {
-        capacity: 8,
-        flows: 1,
-        ..SchedConfig::default()
-    });
-    let root = b.root(NodeSpec::new("root", PolicyKind::Fq));
-    b.default_leaf(root);
-    let mut p = Pipeline::new(b.build().unwrap(), PipelineConfig::new(4, 4, 64)).unwrap();
+    let sched = one_leaf(PolicyKind::Fq, 8, 1);
+    let mut p = Pipeline::new(sched, PipelineConfig::new(4, 4, 64)).unwrap();
     p.ingress(0, pkt(1, 1, 100)).unwrap();
     for f in 2..=4 {
         p.ingress(0, pkt(f, f, 100)).unwrap();
@@ -139,19 +146,12 @@ fn a_new_flow_on_a_reused_source_id_has_no_resume_credit() {
     // A scheduled buffer of three, fair share, three packets per source. B is resumed with a
     // credit of two, spends one, and is forgotten when its packets leave. D then gets B's
     // source id while A is paused: D, a new flow, must queue behind A, not spend B's credit.
-    let mut b = TreeBuilder::new(SchedConfig {
-        capacity: 3,
-        flows: 64,
-        ..SchedConfig::default()
-    });
-    let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
-    b.default_leaf(root);
     let cfg = PipelineConfig {
         per_source: 3,
         probe: Probe::FairShare,
         ..PipelineConfig::new(8, 3, 64)
     };
-    let mut p = Pipeline::new(b.build().unwrap(), cfg).unwrap();
+    let mut p = Pipeline::new(one_leaf(PolicyKind::Fifo, 3, 64), cfg).unwrap();
     p.ingress(0, pkt(1, 10, 100)).unwrap(); // A: admitted
     p.ingress(0, pkt(2, 20, 100)).unwrap(); // B: admitted
     p.ingress(0, pkt(2, 21, 100)).unwrap(); // B: above its share: paused
