@@ -145,12 +145,12 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file cannot be read.
-    #[error("{file}: cannot read: {source}")]
+    #[error("{file}: cannot read: {error}")]
     Io {
         /// The file.
         file: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why. (Not `source`: as the error's cause too, `{e:#}` printed it twice.)
+        error: std::io::Error,
     },
     /// Malformed TOML or unknown keys (the message carries line and column).
     #[error("{file}: {message}")]
@@ -240,9 +240,18 @@ impl Config {
     /// Read and check the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        // A regular file of at most 64 MiB: not a device or a pipe, which may never end.
+        let io = |error| ConfigError::Io {
             file: file.clone(),
-            source,
+            error,
+        };
+        let bytes = sluice_sched::config::read_capped(path).map_err(io)?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not UTF-8 text (byte {at})"),
+            ))
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, &file, base)
@@ -330,17 +339,19 @@ impl Config {
                 Some(addr)
             }
         };
+        // `ecn` may be "off"; `ecn_interval` may not (it was offered it, and refused it).
         let ecn_duration = |key: &str, v: &str| -> Result<u64, ConfigError> {
-            let ns = parse_duration(v).map_err(|err| {
+            let or_off = if key == "ecn" { ", or \"off\"" } else { "" };
+            let ns = parse_duration(v).map_err(|_| {
                 invalid(
-                    format!("[daemon] {key} = \"{v}\": {err}"),
-                    "a duration like \"2ms\", or \"off\"",
+                    format!("[daemon] {key} = \"{v}\" is not a duration"),
+                    &format!("a duration like \"2ms\"{or_off}"),
                 )
             })?;
             if !(1_000..=10_000_000_000).contains(&ns) {
                 return Err(invalid(
                     format!("[daemon] {key} = \"{v}\""),
-                    "between 1us and 10s, or \"off\"",
+                    &format!("between 1us and 10s{or_off}"),
                 ));
             }
             Ok(ns)
@@ -669,6 +680,42 @@ to = "a"
             assert!(e.starts_with("d.toml: "), "{e}");
             assert!(e.contains(needle), "{needle:?} not in: {e}");
         }
+        // `ecn_interval` is not offered the "off" that only `ecn` takes, nor told twice
+        // what it expects.
+        let e = Config::parse(
+            &GOOD.replace("[daemon]", "[daemon]\necn_interval = \"off\""),
+            "d.toml",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("ecn_interval = \"off\" is not a duration"),
+            "{e}"
+        );
+        assert_eq!(e.matches("expected").count(), 1, "{e}");
+        assert!(!e.contains("or \"off\""), "{e}");
+    }
+
+    /// A device or a named pipe is refused before it is read (`/dev/zero` took gigabytes, and
+    /// a pipe with no writer hung the daemon in `open` where no signal could stop it), and a
+    /// file that cannot be read says why once (it said it twice under `--check`).
+    #[test]
+    fn only_regular_files_are_read_and_errors_say_why_once() {
+        let e = Config::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("character device"), "{e}");
+        let dir = std::env::temp_dir().join(format!("sluice-cfg-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("d.toml");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Config::load(&fifo).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.to_string().contains("named pipe"), "{e}");
+        let e = Config::load(Path::new("/nonexistent/d.toml")).unwrap_err();
+        assert!(std::error::Error::source(&e).is_none(), "{e:?}");
+        assert_eq!(e.to_string().matches("No such file").count(), 1, "{e}");
     }
 
     #[test]

@@ -221,8 +221,10 @@ const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// The file's bytes, refusing more than [`MAX_FILE_BYTES`], and named pipes, sockets and
 /// devices (opening a pipe waits for a writer: `policy check` hung on one with none, and on a
-/// terminal). That refuses `/dev/stdin` from a shell pipe or a terminal too.
-fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+/// terminal). That refuses `/dev/stdin` from a shell pipe or a terminal too. For any
+/// configuration file (the daemon reads its own with it: `sluice run --config /dev/zero`
+/// took gigabytes, and a FIFO hung it before it could be stopped).
+pub fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     #[cfg(unix)]
     {
@@ -242,7 +244,7 @@ fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
         };
         if let Some(what) = what {
             return Err(std::io::Error::other(format!(
-                "it is {what}; a policy file is a regular file"
+                "it is {what}; a configuration file is a regular file"
             )));
         }
     }
@@ -252,7 +254,7 @@ fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(std::io::Error::other(format!(
-            "larger than {} MiB; a policy file is text of a few KB",
+            "larger than {} MiB; a configuration file is text of a few KB",
             MAX_FILE_BYTES >> 20
         )));
     }
@@ -3177,7 +3179,7 @@ queue = "binary_heap"
         assert!(
             errors[0].ends_with(
                 "p.toml: cannot read: it is a named pipe (FIFO), not a file: \
-                                 reading it would wait for a writer; a policy file is a \
+                                 reading it would wait for a writer; a configuration file is a \
                                  regular file"
             ),
             "{}",
@@ -3201,7 +3203,7 @@ queue = "binary_heap"
                 e,
                 format!(
                     "{dev}: cannot read: it is a character device, not a file: reading it may \
-                     wait or never end; a policy file is a regular file"
+                     wait or never end; a configuration file is a regular file"
                 )
             );
         }
