@@ -373,6 +373,21 @@ impl Config {
                 "a path for the control socket, or no `control` key for none",
             ));
         }
+        // What `run` would refuse when it binds, said by `--check` too (it said "ok").
+        if let Some(c) = d.control.as_deref() {
+            if c.contains('\0') {
+                return Err(invalid(
+                    format!("control = {c:?} holds a NUL byte"),
+                    "a path for the control socket",
+                ));
+            }
+            if let Err(e) = crate::control_socket::check_path_len(Path::new(c)) {
+                return Err(invalid(
+                    format!("control = {e}"),
+                    "a path of at most 107 bytes (a Unix socket's address)",
+                ));
+            }
+        }
         let control = d.control.map(PathBuf::from);
         let pid = std::process::id();
         let mut ports: Vec<PortConfig> = Vec::new();
@@ -695,6 +710,15 @@ to = "a"
         );
         assert_eq!(e.matches("expected").count(), 1, "{e}");
         assert!(!e.contains("or \"off\""), "{e}");
+        // Control paths that `run` cannot bind are refused by the check too.
+        let long = format!("/tmp/{}", "s".repeat(200));
+        for (control, needle) in [(long.as_str(), "at most 107"), ("/tmp/a\\u0000b", "NUL")] {
+            let text = GOOD.replace("[daemon]", &format!("[daemon]\ncontrol = \"{control}\""));
+            let e = Config::parse(&text, "d.toml", Path::new("."))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{needle:?} not in: {e}");
+        }
     }
 
     /// A device or a named pipe is refused before it is read (`/dev/zero` took gigabytes, and

@@ -298,7 +298,7 @@ impl Drop for ControlSocket {
 /// `sun_path` holds 108 bytes on Linux, with a terminating NUL.
 const SUN_PATH_MAX: usize = 107;
 
-fn check_path_len(path: &Path) -> Result<(), ControlSocketError> {
+pub(crate) fn check_path_len(path: &Path) -> Result<(), ControlSocketError> {
     let len = path.as_os_str().len();
     if len > SUN_PATH_MAX || len == 0 {
         return Err(ControlSocketError::PathTooLong {
