@@ -219,7 +219,7 @@ pub fn compile_file(path: &Path) -> Result<(TreeBuilder, SchedConfig), PolicyErr
 /// small enough that a wrong path to a disk image fails at once.
 const MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// The file's bytes, refusing more than [`MAX_FILE_BYTES`], and named pipes, sockets and
+/// The file's bytes, refusing more than 64 MiB, and named pipes, sockets and
 /// devices (opening a pipe waits for a writer: `policy check` hung on one with none, and on a
 /// terminal). That refuses `/dev/stdin` from a shell pipe or a terminal too. For any
 /// configuration file (the daemon reads its own with it: `sluice run --config /dev/zero`
