@@ -175,6 +175,17 @@ impl Pacing {
             Pacing::Set(rate) => rate,
         }
     }
+
+    /// A flow's `gate` as this pacing, applied at `now`, leaves it (`None`: taken away).
+    #[inline]
+    pub fn applied(self, mut gate: Gate, now: u64) -> Option<Gate> {
+        match self {
+            Pacing::Keep => {}
+            Pacing::Set(Some(r)) => gate.set_rate(r, now),
+            Pacing::Set(None) => return None,
+        }
+        Some(gate)
+    }
 }
 
 /// What a packet's `pacing_bps` asks of its flow's gate at a leaf whose `flow_rate` is `cap`:

@@ -212,15 +212,10 @@ impl OracleTree {
         let own = own_rate(p.fields.pacing_bps, cap);
         // Asked before anything changes (same contract as the scheduler's).
         if self.beyond_reject {
-            let gate = self.by_key.get(&(p.flow, leaf)).and_then(|&id| {
-                let mut g = self.flows[id as usize].gate?;
-                match own {
-                    Pacing::Keep => {}
-                    Pacing::Set(Some(r)) => g.set_rate(r, self.clock),
-                    Pacing::Set(None) => return None,
-                }
-                Some(g)
-            });
+            let gate = self
+                .by_key
+                .get(&(p.flow, leaf))
+                .and_then(|&id| own.applied(self.flows[id as usize].gate?, self.clock));
             if gate.is_some_and(|g| self.horizon.beyond(g.next_free(), now).is_some()) {
                 return Err(RejectReason::BeyondHorizon);
             }

@@ -171,14 +171,10 @@ impl Scheduler {
         let Some(id) = self.flows.peek(p.flow, leaf, p.flow_id) else {
             return false;
         };
-        let Some(mut g) = self.flows.flows[id as usize].gate else {
+        let gate = self.flows.flows[id as usize].gate;
+        let Some(g) = gate.and_then(|g| own.applied(g, self.clock)) else {
             return false;
         };
-        match own {
-            Pacing::Keep => {}
-            Pacing::Set(Some(r)) => g.set_rate(r, self.clock),
-            Pacing::Set(None) => return false,
-        }
         self.horizon.beyond(g.next_free(), now).is_some()
     }
 
