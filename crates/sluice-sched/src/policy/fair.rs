@@ -2,6 +2,7 @@
 
 use super::{
     ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, reweighed, vt,
+    vt_carried,
 };
 use crate::packet::Meta;
 use sluice_queue::Rank;
@@ -13,13 +14,14 @@ use sluice_queue::Rank;
 /// busy, and the largest finish tag served once it was idle ([`Policy::busy`]: a member that
 /// sent alone is not held back for it when others come). Fair to within one packet per member
 /// on an exact queue, one bucket on a bucketed one, with no per-round scan and no floating
-/// point (tags are integers, [`VT_PER_BYTE`](super::VT_PER_BYTE) per byte at weight 1, a
-/// charge truncated to whole units).
+/// point (tags are integers, [`VT_PER_BYTE`](super::VT_PER_BYTE) per byte at weight 1, what a
+/// charge leaves below a unit carried to the member's next).
 ///
 /// Per member at every node (flows at a leaf, children above): one entry per member with
 /// packets, its start tag computed when its head changes, charging the length of the packet
 /// actually sent. Tags therefore never run more than a packet or two ahead of V, whatever a
-/// member's backlog, which keeps them inside a bucketed queue's window (tags: `a` = S, `b` = F).
+/// member's backlog, which keeps them inside a bucketed queue's window (tags: `a` = S, `b` = F,
+/// `c` = the charges' carry below a unit).
 /// V only grows; the scheduler lowers it, and every tag with it, before it nears overflow
 /// ([`Policy::rebase`]).
 #[derive(Debug, Default)]
@@ -56,7 +58,8 @@ impl Policy for Wfq {
         [tags.a, ABSENT]
     }
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        tags.b = tags.a + vt(s.sent.len, cfg.weight);
+        let (units, carry) = vt_carried(s.sent.len, cfg.weight, tags.c);
+        (tags.b, tags.c) = (tags.a + units, carry);
         self.clock.start(tags.a);
         if s.available == 0 {
             self.clock.finish(tags.b);
@@ -102,6 +105,7 @@ impl Policy for Wfq {
         let v = self.clock.v;
         tags.a = reweighed(tags.a, v, was.weight, cfg.weight);
         tags.b = reweighed(tags.b, v, was.weight, cfg.weight);
+        tags.c = 0; // a carry in units of the old weight's
         Some([tags.a, ABSENT])
     }
 }

@@ -45,6 +45,18 @@ fn vt(len: u32, weight: u32) -> u64 {
     u64::from(len) * VT_PER_BYTE / u64::from(weight.max(1))
 }
 
+/// A member's charge for `len` bytes at `weight`, in whole virtual-time units, with `carry`,
+/// what its earlier charges left below a unit (in units of 1/weight, less than `weight`):
+/// the units and the carry after. Carried, the charges of a run add up to its bytes' exact
+/// virtual time, to within one unit; truncated one by one, a 64 B packet at weight 59 927
+/// (69.99 units) was charged 69, and its member got 1.4% more than its share.
+#[inline]
+fn vt_carried(len: u32, weight: u32, carry: u64) -> (u64, u64) {
+    let w = u64::from(weight.max(1));
+    let total = u64::from(len) * VT_PER_BYTE + carry;
+    (total / w, total % w)
+}
+
 /// A tag's lead over the virtual time `v` (service its member had ahead of its share), earned
 /// at weight `from`, as the lead the same bytes give at weight `to`; a tag not ahead of `v`
 /// as it is. What a member owes its share is paid at its new weight, as a gate's debt is
@@ -655,6 +667,31 @@ impl fmt::Display for PolicyKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Carried charges add up to the exact virtual time of all the bytes, rounded down once.
+    #[test]
+    fn carried_charges_add_up_to_the_exact_virtual_time() {
+        for (weight, lens) in [
+            (59_927, &[64u32][..]),
+            (63_953, &[40, 1500, 9000]),
+            (3, &[1, 2]),
+            (MAX_WEIGHT, &[65_535]),
+            (1, &[64, 1500]),
+        ] {
+            let (mut units, mut carry, mut bytes) = (0, 0, 0);
+            for i in 0..10_000 {
+                let len = lens[i % lens.len()];
+                let (u, c) = vt_carried(len, weight, carry);
+                assert!(c < u64::from(weight), "weight {weight}: carry {c}");
+                (units, carry, bytes) = (units + u, c, bytes + u64::from(len));
+            }
+            assert_eq!(
+                units,
+                bytes * VT_PER_BYTE / u64::from(weight),
+                "weight {weight}"
+            );
+        }
+    }
 
     /// `moving_ranks` says what every queue of the built policy's `shape` says.
     #[test]

@@ -8,11 +8,15 @@
 //! all: a member's limit is its gate (a flow's pacing rate, a child's `rate`), enforced by the
 //! one shaper.
 //!
-//! Tags: `a` = r, the reservation tag in whole ns (its rank), `c` = r's fraction of a ns beyond
-//! `a`, in 2^-32 ns, and `b` = the share start tag S (the last finish tag F while the member
-//! stays backlogged: SFQ's F is kept only as the next S, `activate` takes max(V, F) from it).
+//! Tags: `a` = r, the reservation tag in whole ns (its rank), `b` = the share start tag S (the
+//! last finish tag F while the member stays backlogged: SFQ's F is kept only as the next S,
+//! `activate` takes max(V, F) from it), and `c` two halves: its low 32 bits r's fraction of a
+//! ns beyond `a`, in 2^-32 ns, its high 32 bits the share charges' carry below a unit (less
+//! than the weight, at most 2^16).
 
-use super::{ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, vt};
+use super::{
+    ABSENT, Clock, MemberCfg, Mode, Policy, RankShape, Service, ShapeCx, Tags, vt, vt_carried,
+};
 use crate::packet::Meta;
 use crate::units::Rate;
 use sluice_queue::Rank;
@@ -33,11 +37,21 @@ fn advance(a: u64, frac: u64, res: Rate, len: u32) -> (u64, u64) {
     (a.saturating_add(ns), t as u64 & FRACTION)
 }
 
+/// The reservation tag's fraction of a ns, from `c`.
+fn fraction(c: u64) -> u64 {
+    c & FRACTION
+}
+
+/// `c` with the reservation tag's fraction `frac` and the share carry `c` held.
+fn with_fraction(c: u64, frac: u64) -> u64 {
+    c & !FRACTION | frac
+}
+
 /// Bring a reservation tag behind `now` up to `now` (its fraction with it).
 fn catch_up(tags: &mut Tags, now: u64) {
     if tags.a < now {
         tags.a = now;
-        tags.c = 0;
+        tags.c = with_fraction(tags.c, 0);
     }
 }
 
@@ -83,9 +97,10 @@ impl Rls {
             let (a, frac) = if tags.a > s.now {
                 (s.now, 0)
             } else {
-                (tags.a, tags.c)
+                (tags.a, fraction(tags.c))
             };
-            (tags.a, tags.c) = advance(a, frac, res, sent.len);
+            let (a, frac) = advance(a, frac, res, sent.len);
+            (tags.a, tags.c) = (a, with_fraction(tags.c, frac));
         }
         if s.from == 1 {
             self.clock.start(tags.b);
@@ -93,7 +108,8 @@ impl Rls {
         // The finish tag F, and the next share start: F while the member stays backlogged, as
         // in WFQ (fair.rs's `served` says why not max(V, F)); `activate` takes max(V, F) when
         // it comes back.
-        tags.b += vt(sent.len, cfg.weight);
+        let (units, carry) = vt_carried(sent.len, cfg.weight, tags.c >> 32);
+        (tags.b, tags.c) = (tags.b + units, carry << 32 | fraction(tags.c));
         if s.available == 0 {
             self.clock.finish(tags.b);
         }
@@ -125,6 +141,7 @@ impl Rls {
         now: u64,
     ) -> [Rank; 2] {
         tags.b = tags.b.min(self.clock.v);
+        tags.c = fraction(tags.c); // the share carry, in units of the old weight's, goes too
         match (was.reservation, cfg.reservation) {
             (Some(old), Some(new)) if tags.a > now => {
                 let ahead = (u128::from(tags.a - now) << 32) + u128::from(tags.c);
