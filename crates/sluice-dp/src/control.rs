@@ -30,7 +30,8 @@ pub enum Request {
         node: String,
         /// A rate like "200Mbit", or "none" to remove the limit.
         rate: String,
-        /// Its burst, a size like "15KB" (default 0).
+        /// Its burst, a size like "15KB". Without it the node keeps the burst it has (its
+        /// policy's or the last one set; 0 if it has no limit now), with one engine or several.
         #[serde(default)]
         burst: Option<String>,
     },

@@ -586,29 +586,35 @@ impl Datapath {
     }
 
     /// Change the rate limit of class `node` of the link from port `from`, at run time (at
-    /// `now`, the time [`Datapath::step`] is given).
+    /// `now`, the time [`Datapath::step`] is given), and its burst; without a burst (`None`)
+    /// the class keeps the one it has (0 if it has no limit now).
     pub fn set_rate(
         &mut self,
         now: u64,
         from: &str,
         node: &str,
         rate: Option<Rate>,
-        burst: u64,
+        burst: Option<u64>,
     ) -> Result<(), String> {
         let (l, n) = self.find(from, node)?;
-        self.links[l]
-            .pipeline
-            .scheduler_mut()
-            .set_rate(now, n, rate, burst);
+        self.set_node_rate(now, l, n, rate, burst);
         Ok(())
     }
 
-    /// Set the rate limit of node `n` of link `l`, keeping its burst (the allocator of several
-    /// engines installs each engine's share this way).
-    pub fn set_node_rate(&mut self, now: u64, l: usize, n: NodeId, rate: Rate) {
+    /// Set the rate limit of node `n` of link `l`, and its burst unless `None` (then it keeps
+    /// its own). One engine answers `set_rate` this way and the allocator of several engines
+    /// installs each engine's share this way, so both treat an absent burst alike.
+    pub fn set_node_rate(
+        &mut self,
+        now: u64,
+        l: usize,
+        n: NodeId,
+        rate: Option<Rate>,
+        burst: Option<u64>,
+    ) {
         let s = self.links[l].pipeline.scheduler_mut();
-        let burst = s.burst(n);
-        s.set_rate(now, n, Some(rate), burst);
+        let burst = burst.unwrap_or_else(|| s.burst(n));
+        s.set_rate(now, n, rate, burst);
     }
 
     /// Link `l`'s index and node `node`'s id in it, for the link that reads from port `from`.
@@ -746,7 +752,7 @@ fn label(h: &Headers) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::buffers::SMALL_SIZE;
     use crate::port::PortCounters;
@@ -806,7 +812,7 @@ mod tests {
 
     /// A datapath from a scripted port 0 to port 1 through `policy`, with `memory` bytes of
     /// buffers; also what port 1 is sent.
-    fn scripted(
+    pub(crate) fn scripted(
         frames: Vec<Vec<u8>>,
         policy: &str,
         memory: usize,

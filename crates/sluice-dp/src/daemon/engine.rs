@@ -114,7 +114,7 @@ impl Engine {
                 Internal::Rates(rates) => {
                     let now = now_ns();
                     for (l, n, rate) in rates {
-                        self.datapath.set_node_rate(now, l, n, rate);
+                        self.datapath.set_node_rate(now, l, n, Some(rate), None);
                     }
                 }
             }
@@ -135,9 +135,11 @@ impl Engine {
                 rate,
                 burst,
             } => {
+                // Without a burst the node keeps its own, as the shares of several engines
+                // do: an operator who only changes a rate does not expect to lose the burst.
                 match (
                     parse_rate(&rate),
-                    burst.as_deref().map_or(Ok(0), parse_burst),
+                    burst.as_deref().map(parse_burst).transpose(),
                 ) {
                     (Ok(rate), Ok(burst)) => {
                         self.datapath.set_rate(now_ns(), &link, &node, rate, burst)
@@ -350,5 +352,112 @@ mod burst_tests {
                 "{e}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+impl Engine {
+    /// Answer requests and messages as [`Engine::run`] does, without ports to wait on, until
+    /// stopped; then the engine, for its datapath to be looked at. Its `wake` must block.
+    pub(super) fn serve_until_stopped(mut self) -> Engine {
+        loop {
+            let _ = self.wake.read();
+            // Looked at before serving: whatever was sent before the stop is answered.
+            let stopping = self.stopping();
+            self.serve();
+            if stopping {
+                return self;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::control::ControlHandle;
+    use crate::daemon::supervisor::EngineLink;
+    use crate::datapath::tests::scripted;
+    use nix::sys::eventfd::EfdFlags;
+    use std::sync::mpsc;
+
+    /// A policy whose class `gold` has a limit of 100 Mbit/s with a burst of 15 KB.
+    const LIMITED: &str = "[scheduler]\ndefault = \"gold\"\n\n[[node]]\nname = \"root\"\n\
+                           policy = \"wfq\"\n\n[[node]]\nname = \"gold\"\nparent = \"root\"\n\
+                           policy = \"fifo\"\nrate = \"100Mbit\"\nburst = \"15KB\"\n";
+
+    /// The burst `gold` has in [`LIMITED`].
+    pub(in crate::daemon) const GOLD_BURST: u64 = 15_000;
+
+    /// An engine over link `a` with the policy [`LIMITED`], and how a supervisor reaches it
+    /// (no thread yet). Its `wake` blocks, for [`Engine::serve_until_stopped`].
+    pub(in crate::daemon) fn engine() -> (Engine, EngineLink) {
+        let wake = Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap());
+        let waker = wake.clone();
+        let (control, commands) = ControlHandle::new(Arc::new(move || {
+            let _ = waker.write(1);
+        }));
+        let (internal_tx, internal) = mpsc::sync_channel(64);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (datapath, _) = scripted(Vec::new(), LIMITED, 4 << 20);
+        let engine = Engine::new(
+            datapath,
+            commands,
+            internal,
+            wake.clone(),
+            stop.clone(),
+            Mode::Event,
+            0,
+        );
+        let link = EngineLink {
+            control,
+            internal: internal_tx,
+            wake,
+            stop,
+            thread: None,
+        };
+        (engine, link)
+    }
+
+    /// `gold`'s rate and burst in `engine`'s scheduler.
+    pub(in crate::daemon) fn gold(engine: &Engine) -> (Option<Rate>, u64) {
+        let s = engine.datapath.links()[0].pipeline.scheduler();
+        let n = s.node_by_name("gold").unwrap();
+        (s.rate(n), s.burst(n))
+    }
+
+    fn set_rate(rate: &str, burst: Option<&str>) -> Request {
+        Request::SetRate {
+            link: "a".into(),
+            node: "gold".into(),
+            rate: rate.into(),
+            burst: burst.map(Into::into),
+        }
+    }
+
+    /// With one engine, `set_rate` without a burst used to set it to 0: a class whose rate
+    /// an operator only raised lost the burst its policy gave it (several engines kept it).
+    #[test]
+    fn set_rate_without_a_burst_keeps_it_with_one_engine() {
+        let (mut engine, _) = engine();
+        assert_eq!(engine.answer(set_rate("200Mbit", None)), Reply::Ok);
+        assert_eq!(gold(&engine), (Some(Rate::mbit(200)), GOLD_BURST));
+        assert_eq!(engine.answer(set_rate("300Mbit", Some("30KB"))), Reply::Ok);
+        assert_eq!(gold(&engine), (Some(Rate::mbit(300)), 30_000));
+        assert_eq!(engine.answer(set_rate("50Mbit", None)), Reply::Ok);
+        assert_eq!(gold(&engine), (Some(Rate::mbit(50)), 30_000));
+        // A burst of 0 is a burst given.
+        assert_eq!(engine.answer(set_rate("50Mbit", Some("0B"))), Reply::Ok);
+        assert_eq!(gold(&engine), (Some(Rate::mbit(50)), 0));
+        // A refused request changes nothing.
+        assert!(matches!(
+            engine.answer(set_rate("fast", None)),
+            Reply::Error(_)
+        ));
+        assert!(matches!(
+            engine.answer(set_rate("70Mbit", Some("5GB"))),
+            Reply::Error(_)
+        ));
+        assert_eq!(gold(&engine), (Some(Rate::mbit(50)), 0));
     }
 }

@@ -327,3 +327,84 @@ impl Supervisor {
         held
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::engine::Engine;
+    use super::super::engine::tests::{GOLD_BURST, engine, gold};
+    use super::*;
+    use nix::sys::eventfd::EfdFlags;
+    use sluice_flow::nba::{Aggregate, NbaConfig};
+    use sluice_sched::units::Rate;
+    use std::thread;
+
+    /// A supervisor of `n` engines over [`engine`]'s policy, `gold` its one aggregate, and the
+    /// engines' threads, which give their engine back when stopped.
+    fn supervisor(n: usize) -> (Supervisor, Vec<JoinHandle<Engine>>) {
+        let mut engines = Vec::new();
+        let mut threads = Vec::new();
+        let mut node = 0;
+        for _ in 0..n {
+            let (e, link) = engine();
+            let s = e.datapath.links()[0].pipeline.scheduler();
+            node = s.node_by_name("gold").unwrap();
+            threads.push(thread::spawn(move || e.serve_until_stopped()));
+            engines.push(link);
+        }
+        let nba = Nba::new(
+            n,
+            &[Aggregate::new("a/gold", Rate::mbit(100))],
+            NbaConfig::default(),
+        )
+        .unwrap();
+        let (_, commands) = mpsc::sync_channel(1);
+        let supervisor = Supervisor {
+            engines,
+            nba,
+            aggregates: vec![AggregateNode {
+                link: 0,
+                node,
+                from: "a".into(),
+                name: "gold".into(),
+            }],
+            commands,
+            wake: Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap()),
+        };
+        (supervisor, threads)
+    }
+
+    /// Stop the engines and hand them back.
+    fn stop(mut s: Supervisor, threads: Vec<JoinHandle<Engine>>) -> Vec<Engine> {
+        s.stop();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    fn set_rate(rate: &str, burst: Option<&str>) -> Request {
+        Request::SetRate {
+            link: "a".into(),
+            node: "gold".into(),
+            rate: rate.into(),
+            burst: burst.map(Into::into),
+        }
+    }
+
+    /// With several engines `set_rate` without a burst keeps each engine's burst, as with one
+    /// engine; each engine gets its share of the new rate.
+    #[test]
+    fn set_rate_without_a_burst_keeps_it_with_several_engines() {
+        let (mut s, threads) = supervisor(2);
+        assert_eq!(s.answer(set_rate("200Mbit", None)), Reply::Ok);
+        let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
+        for (e, engine) in stop(s, threads).iter().enumerate() {
+            assert_eq!(gold(engine), (Some(shares[e]), GOLD_BURST), "engine {e}");
+        }
+
+        let (mut s, threads) = supervisor(2);
+        assert_eq!(s.answer(set_rate("300Mbit", Some("30KB"))), Reply::Ok);
+        assert_eq!(s.answer(set_rate("50Mbit", None)), Reply::Ok);
+        let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
+        for (e, engine) in stop(s, threads).iter().enumerate() {
+            assert_eq!(gold(engine), (Some(shares[e]), 30_000), "engine {e}");
+        }
+    }
+}
