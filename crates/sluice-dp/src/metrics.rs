@@ -26,8 +26,9 @@
 //! **Serving.** [`MetricsServer`] accepts on one thread and answers each connection on a
 //! thread of its own, at most [`MAX_CONNECTIONS`] at once (one more is closed at once), so an
 //! idle or slow client blocks nobody; each connection has [`CONNECTION_DEADLINE`] for its
-//! request and its answer, a request head at most [`MAX_REQUEST`] bytes, and one request
-//! (`Connection: close`). `GET /metrics` asks the datapath for a snapshot through the
+//! request and its answer, a request head at most [`MAX_REQUEST`] bytes (its lines ended by
+//! CRLF or, as RFC 9112 §2.2 allows, a bare LF: `printf 'GET /metrics HTTP/1.0\n\n' | nc`
+//! works), and one request (`Connection: close`). `GET /metrics` asks the datapath for a snapshot through the
 //! [`ControlHandle`] (2 s at most, else 503 with the reason) and answers 200 with the text;
 //! other paths get 404, other methods 405. Only loopback addresses are accepted: the endpoint
 //! has no authentication. Stopping wakes and joins the accepting thread; answers under way end
@@ -352,6 +353,8 @@ pub const MAX_CONNECTIONS: usize = 8;
 pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest request head read (request line and headers); a longer one gets 431.
 pub const MAX_REQUEST: usize = 8 * 1024;
+/// Bytes of a request head asked of one read(2).
+const READ_CHUNK: usize = 1024;
 
 /// The Prometheus endpoint. Dropping it (or [`MetricsServer::stop`]) stops it.
 pub struct MetricsServer {
@@ -454,7 +457,11 @@ fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle)
 /// close (`Connection: close`).
 fn serve(mut stream: TcpStream, handle: &ControlHandle) {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
-    let head = match read_head(&mut stream, deadline) {
+    let mut reader = Deadlined {
+        stream: &stream,
+        deadline,
+    };
+    let head = match read_head(&mut reader) {
         Ok(Some(head)) => head,
         Ok(None) => {
             let body = format!("request head over {MAX_REQUEST} bytes\n");
@@ -492,19 +499,21 @@ fn serve(mut stream: TcpStream, handle: &ControlHandle) {
     }
 }
 
-/// The request head (up to the blank line), `None` if it is longer than [`MAX_REQUEST`], or
-/// an error if the client closed or `deadline` passed first.
-fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<String>> {
-    let mut r = Deadlined { stream, deadline };
+/// The request head (up to the blank line that ends it, without its line breaks), `None` if
+/// it is longer than [`MAX_REQUEST`], or an error if the client closed or a read failed (its
+/// deadline passed, say) first.
+fn read_head(r: &mut impl Read) -> io::Result<Option<String>> {
     let mut head = Vec::new();
-    let mut chunk = [0u8; 1024];
+    let mut chunk = [0u8; READ_CHUNK];
     loop {
         let n = r.read(&mut chunk)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         head.extend_from_slice(&chunk[..n]);
-        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+        // Searched from the start each time: the blank line may straddle two reads, and a
+        // head is a few KiB at most.
+        if let Some(end) = head_end(&head) {
             head.truncate(end);
             return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
         }
@@ -512,6 +521,17 @@ fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Option<Str
             return Ok(None);
         }
     }
+}
+
+/// Where the head in `buf` ends: at the line break before the first empty line. A line ends in
+/// CRLF or, as RFC 9112 §2.2 lets a recipient accept, a bare LF (what `printf ... | nc` sends):
+/// so a LF followed by LF or CRLF, less a CR before it.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    (0..buf.len()).find_map(|i| {
+        let rest = &buf[i..];
+        let ends = rest.starts_with(b"\n\n") || rest.starts_with(b"\n\r\n");
+        ends.then(|| if buf[..i].ends_with(b"\r") { i - 1 } else { i })
+    })
 }
 
 /// Write an answer of `status` with `body`, all before `deadline`.
@@ -881,6 +901,145 @@ sluice_uptime_seconds 12.500000001
         let mut resp = String::new();
         let _ = s.read_to_string(&mut resp);
         assert!(resp.starts_with("HTTP/1.1 431 "), "{resp}");
+    }
+
+    /// A reader that hands out its pieces one per read (the rest of a piece larger than the
+    /// buffer at the next), then end of file; it counts what it gave.
+    struct Pieces {
+        pieces: std::collections::VecDeque<Vec<u8>>,
+        given: usize,
+    }
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some(mut piece) = self.pieces.pop_front() else {
+                return Ok(0);
+            };
+            let n = piece.len().min(buf.len());
+            buf[..n].copy_from_slice(&piece[..n]);
+            if n < piece.len() {
+                self.pieces.push_front(piece.split_off(n));
+            }
+            self.given += n;
+            Ok(n)
+        }
+    }
+
+    /// `bytes` in pieces of `size` bytes.
+    fn pieces(bytes: &[u8], size: usize) -> Pieces {
+        Pieces {
+            pieces: bytes.chunks(size).map(<[u8]>::to_vec).collect(),
+            given: 0,
+        }
+    }
+
+    #[test]
+    fn a_head_ends_at_a_blank_line_of_crlf_or_bare_lf_however_it_arrives() {
+        let cases = [
+            ("GET /metrics HTTP/1.0\r\n\r\n", "GET /metrics HTTP/1.0"),
+            ("GET /metrics HTTP/1.0\n\n", "GET /metrics HTTP/1.0"),
+            (
+                "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+                "GET /metrics HTTP/1.1\r\nHost: x",
+            ),
+            (
+                "GET /metrics HTTP/1.1\nHost: x\nAccept: */*\n\n",
+                "GET /metrics HTTP/1.1\nHost: x\nAccept: */*",
+            ),
+            // Mixed endings, as RFC 9112 §2.2 allows: a LF with or without its CR.
+            (
+                "GET /metrics HTTP/1.1\r\nHost: x\n\r\n",
+                "GET /metrics HTTP/1.1\r\nHost: x",
+            ),
+            (
+                "GET /metrics HTTP/1.1\nHost: x\r\n\n",
+                "GET /metrics HTTP/1.1\nHost: x",
+            ),
+            // What follows the head (a body, a pipelined request) is not part of it.
+            (
+                "GET /metrics HTTP/1.0\n\nGET / HTTP/1.0\n\n",
+                "GET /metrics HTTP/1.0",
+            ),
+        ];
+        for (sent, head) in cases {
+            // Whole, a byte per read, and cut in two at every point (the blank line split
+            // across reads, its CR and LF apart).
+            let mut ways = vec![
+                pieces(sent.as_bytes(), READ_CHUNK),
+                pieces(sent.as_bytes(), 1),
+            ];
+            for cut in 1..sent.len() {
+                let (a, b) = sent.as_bytes().split_at(cut);
+                ways.push(Pieces {
+                    pieces: [a.to_vec(), b.to_vec()].into(),
+                    given: 0,
+                });
+            }
+            for mut r in ways {
+                let got = read_head(&mut r).unwrap();
+                assert_eq!(got.as_deref(), Some(head), "{sent:?} in {:?}", r.pieces);
+            }
+        }
+        // A single line break, a bare CR or a lone CR before LF do not end a head.
+        for unfinished in [
+            "GET /metrics HTTP/1.0\r\n",
+            "GET /metrics HTTP/1.0\n",
+            "GET /metrics HTTP/1.0\r\r",
+            "GET /metrics HTTP/1.0\n\r",
+            "GET /metrics HTTP/1.0\r\n\r",
+        ] {
+            let err = read_head(&mut pieces(unfinished.as_bytes(), 3)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{unfinished:?}");
+        }
+        // Lines that never come to a blank one are refused at the limit, as bytes without a
+        // line break are.
+        for line in ["X: a\n", "X: a\r\n", "a"] {
+            let endless = line.repeat(2 * MAX_REQUEST);
+            let got = read_head(&mut pieces(endless.as_bytes(), READ_CHUNK)).unwrap();
+            assert_eq!(got, None, "{line:?}");
+        }
+    }
+
+    /// Send `pieces` one write each on a new connection and return the whole answer.
+    fn send_raw(addr: SocketAddr, pieces: &[&str]) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        for p in pieces {
+            s.write_all(p.as_bytes()).unwrap();
+        }
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        resp
+    }
+
+    #[test]
+    fn requests_with_bare_lf_line_ends_are_answered() {
+        // `printf 'GET /metrics HTTP/1.0\n\n' | nc 127.0.0.1 PORT` used to wait for a CRLF
+        // until the connection's deadline and get nothing.
+        let (handle, dp) = fake_datapath(4);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        let ok = format!("Content-Length: {}", render(&small()).len());
+        for pieces in [
+            &["GET /metrics HTTP/1.0\n\n"][..],
+            &["GET /metrics HTTP/1.1\nHost: localhost\nAccept: */*\n\n"],
+            &["GET /met", "rics HTTP/1.1\nHost: local", "host\n", "\n"],
+            &["GET /metrics HTTP/1.0\r\n", "\r", "\n"],
+        ] {
+            let resp = send_raw(addr, pieces);
+            assert!(
+                resp.starts_with("HTTP/1.1 200 OK\r\n"),
+                "{pieces:?}: {resp}"
+            );
+            assert!(resp.contains(&ok), "{pieces:?}: {resp}");
+            assert!(resp.ends_with(&render(&small())), "{pieces:?}");
+        }
+        let resp = send_raw(addr, &["GET / HTTP/1.0\n\n"]);
+        assert!(resp.starts_with("HTTP/1.1 404 "), "{resp}");
+        server.stop();
+        dp.join().unwrap();
     }
 
     #[test]
