@@ -351,7 +351,8 @@ pub const MAX_CONNECTIONS: usize = 8;
 /// A connection's whole exchange, its request in and its answer out, must fit in this: a client
 /// that sends slowly, or reads slowly, is cut off at it.
 pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
-/// Longest request head read (request line and headers); a longer one gets 431.
+/// Longest request head read (request line and headers, with the blank line that ends them);
+/// a longer one gets 431.
 pub const MAX_REQUEST: usize = 8 * 1024;
 /// Bytes of a request head asked of one read(2).
 const READ_CHUNK: usize = 1024;
@@ -500,13 +501,19 @@ fn serve(mut stream: TcpStream, handle: &ControlHandle) {
 }
 
 /// The request head (up to the blank line that ends it, without its line breaks), `None` if
-/// it is longer than [`MAX_REQUEST`], or an error if the client closed or a read failed (its
-/// deadline passed, say) first.
+/// it does not end within [`MAX_REQUEST`] bytes, or an error if the client closed or a read
+/// failed (its deadline passed, say) first.
 fn read_head(r: &mut impl Read) -> io::Result<Option<String>> {
     let mut head = Vec::new();
     let mut chunk = [0u8; READ_CHUNK];
     loop {
-        let n = r.read(&mut chunk)?;
+        // Never read past the limit: a head that ends beyond it is refused however its bytes
+        // arrive (a read that brought the limit's last byte and more used to let it through).
+        let room = MAX_REQUEST - head.len();
+        if room == 0 {
+            return Ok(None);
+        }
+        let n = r.read(&mut chunk[..room.min(READ_CHUNK)])?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -516,9 +523,6 @@ fn read_head(r: &mut impl Read) -> io::Result<Option<String>> {
         if let Some(end) = head_end(&head) {
             head.truncate(end);
             return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
-        }
-        if head.len() > MAX_REQUEST {
-            return Ok(None);
         }
     }
 }
@@ -998,6 +1002,35 @@ sluice_uptime_seconds 12.500000001
             let got = read_head(&mut pieces(endless.as_bytes(), READ_CHUNK)).unwrap();
             assert_eq!(got, None, "{line:?}");
         }
+    }
+
+    #[test]
+    fn a_head_must_end_within_the_limit_however_it_arrives() {
+        // A head of `len` bytes, its blank line included, ended by `eol`.
+        let head = |len: usize, eol: &str| {
+            let mut h = format!("GET /metrics HTTP/1.0{eol}X: ").into_bytes();
+            h.resize(len - 2 * eol.len(), b'a');
+            h.extend_from_slice(format!("{eol}{eol}").as_bytes());
+            assert_eq!(h.len(), len);
+            h
+        };
+        for eol in ["\r\n", "\n"] {
+            for size in [1, 7, 1000, READ_CHUNK, 3 * MAX_REQUEST] {
+                let at = head(MAX_REQUEST, eol);
+                let got = read_head(&mut pieces(&at, size)).unwrap();
+                assert!(got.is_some(), "{eol:?} in pieces of {size}");
+                // One byte more is refused, even when the read that brings the limit's last
+                // byte brings the end of the head too; and nothing past the limit is read.
+                let over = head(MAX_REQUEST + 1, eol);
+                let mut r = pieces(&over, size);
+                let got = read_head(&mut r).unwrap();
+                assert!(got.is_none(), "{eol:?} in pieces of {size}: accepted");
+                assert_eq!(r.given, MAX_REQUEST);
+            }
+        }
+        let mut endless = pieces(&vec![b'a'; 4 * MAX_REQUEST], READ_CHUNK);
+        assert_eq!(read_head(&mut endless).unwrap(), None);
+        assert_eq!(endless.given, MAX_REQUEST);
     }
 
     /// Send `pieces` one write each on a new connection and return the whole answer.
