@@ -4,7 +4,8 @@
 //! endpoint send it a [`Command`] (a [`Request`] and a channel for the [`Reply`]) through a
 //! bounded channel and wake it ([`ControlHandle::call`]); the datapath thread answers between
 //! two steps ([`crate::daemon`]). So a slow or hostile client can delay nothing but its own
-//! answer.
+//! answer. A request the datapath has not taken up when its caller stops waiting is dropped
+//! ([`Command::take`]), so a client told it failed never sees it carried out later.
 //!
 //! The wire protocol of the Unix socket (one JSON object per line, both ways) is in
 //! [`crate::control_socket`].
@@ -12,6 +13,7 @@
 use crate::stats::Snapshot;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::Duration;
 
@@ -64,6 +66,27 @@ pub struct Command {
     pub request: Request,
     /// Where the datapath sends the reply.
     pub reply: SyncSender<Reply>,
+    /// [`PENDING`], then [`TAKEN`] by the datapath or [`ABANDONED`] by a caller that stopped
+    /// waiting, whichever comes first.
+    state: Arc<AtomicU8>,
+}
+
+/// Neither the datapath nor the caller has decided the request's fate yet.
+const PENDING: u8 = 0;
+/// The datapath carries the request out (the caller waits for its reply).
+const TAKEN: u8 = 1;
+/// The caller gave up and told its client the request failed: it must not be carried out.
+const ABANDONED: u8 = 2;
+
+impl Command {
+    /// Claim the request for carrying it out. False if its caller has given up waiting, and
+    /// then the datapath must drop it: the client was told it failed, and a change made after
+    /// all (a rate set seconds later) would contradict that.
+    pub fn take(&self) -> bool {
+        self.state
+            .compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// Requests waiting for the datapath at most; more are refused as busy.
@@ -85,30 +108,45 @@ impl ControlHandle {
     }
 
     /// Send `request` and wait up to `timeout` for the reply. A stopped or busy datapath gives
-    /// a [`Reply::Error`].
+    /// a [`Reply::Error`]; so does one that has not answered within `timeout`, and if it had
+    /// not taken the request up by then it never will ([`Command::take`]); the error says which.
     pub fn call(&self, request: Request, timeout: Duration) -> Reply {
         let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        let state = Arc::new(AtomicU8::new(PENDING));
         match self.tx.try_send(Command {
             request,
             reply: reply_tx,
+            state: state.clone(),
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 return Reply::Error("the datapath is busy; try again".into());
             }
-            Err(TrySendError::Disconnected(_)) => {
-                return Reply::Error("the datapath has stopped".into());
-            }
+            Err(TrySendError::Disconnected(_)) => return stopped(),
         }
         (self.wake)();
         match reply_rx.recv_timeout(timeout) {
             Ok(reply) => reply,
+            Err(RecvTimeoutError::Disconnected) => stopped(),
             Err(RecvTimeoutError::Timeout) => {
-                Reply::Error("the datapath did not answer in time".into())
+                let abandoned = state
+                    .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+                // Taken before we gave up: it is being carried out (several engines asked in
+                // turn, say), and saying it failed would be wrong.
+                let fate = if abandoned {
+                    "the request was not carried out"
+                } else {
+                    "the request may still take effect"
+                };
+                Reply::Error(format!("the datapath did not answer in time; {fate}"))
             }
-            Err(RecvTimeoutError::Disconnected) => Reply::Error("the datapath has stopped".into()),
         }
     }
+}
+
+fn stopped() -> Reply {
+    Reply::Error("the datapath has stopped".into())
 }
 
 #[cfg(test)]
@@ -165,5 +203,25 @@ mod tests {
             Reply::Error(e) => assert!(e.contains("stopped"), "{e}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_request_not_taken_in_time_is_refused_and_never_taken() {
+        let (handle, rx) = ControlHandle::new(Arc::new(|| {}));
+        // Nothing drains the queue: the caller gives up.
+        match handle.call(Request::Stats {}, Duration::from_millis(1)) {
+            Reply::Error(e) => assert!(e.contains("was not carried out"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let cmd = rx.recv().unwrap();
+        assert!(!cmd.take(), "the caller was told it failed");
+        // One taken first stays the datapath's.
+        let cmd = Command {
+            request: Request::Stats {},
+            reply: mpsc::sync_channel(1).0,
+            state: Arc::new(AtomicU8::new(PENDING)),
+        };
+        assert!(cmd.take());
+        assert!(!cmd.take(), "taken once");
     }
 }

@@ -93,6 +93,10 @@ impl Engine {
     /// Answer every waiting request and message.
     fn serve(&mut self) {
         while let Ok(cmd) = self.commands.try_recv() {
+            // A request whose caller gave up waiting was answered as failed: leave it so.
+            if !cmd.take() {
+                continue;
+            }
             let reply = self.answer(cmd.request);
             let _ = cmd.reply.send(reply);
         }
@@ -459,5 +463,29 @@ pub(super) mod tests {
             Reply::Error(_)
         ));
         assert_eq!(gold(&engine), (Some(Rate::mbit(50)), 0));
+    }
+
+    /// A request whose caller had given up waiting was carried out when the engine came to it:
+    /// a client told "the datapath did not answer in time" found its change made all the same.
+    #[test]
+    fn a_request_its_caller_gave_up_on_is_not_carried_out() {
+        let (mut engine, link) = engine();
+        // Nothing serves the engine yet: the call times out.
+        let late = set_rate("200Mbit", Some("30KB"));
+        match link.control.call(late, Duration::from_millis(1)) {
+            Reply::Error(e) => assert!(e.contains("did not answer in time"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        engine.serve();
+        assert_eq!(gold(&engine), (Some(Rate::mbit(100)), GOLD_BURST));
+        // A request waited for is carried out.
+        let serving = std::thread::spawn(move || engine.serve_until_stopped());
+        let patience = Duration::from_secs(30);
+        let reply = link.control.call(set_rate("300Mbit", None), patience);
+        assert_eq!(reply, Reply::Ok);
+        link.stop.store(true, Ordering::Release);
+        let _ = link.wake.write(1);
+        let engine = serving.join().unwrap();
+        assert_eq!(gold(&engine), (Some(Rate::mbit(300)), GOLD_BURST));
     }
 }

@@ -146,6 +146,10 @@ impl Supervisor {
                     _ => {
                         let _ = self.wake.read();
                         while let Ok(cmd) = self.commands.try_recv() {
+                            // Its caller gave up waiting and was told it failed: leave it so.
+                            if !cmd.take() {
+                                continue;
+                            }
                             let reply = self.answer(cmd.request);
                             let _ = cmd.reply.send(reply);
                         }
