@@ -535,6 +535,7 @@ impl TreeBuilder {
             }
             let mut policy = kind.build();
             policy.set_param("capacity", self.cfg.capacity as u64);
+            policy.set_param("max_packet", u64::from(self.cfg.max_packet));
             let mode = policy.mode(leaf);
             ignored_settings(spec, parent.is_none(), leaf, &policy, &mut ignored);
             let member_cfg: Vec<MemberCfg> = if leaf {

@@ -2967,6 +2967,47 @@ fn mbit_in(deps: &[Departure], class: u32, start: u64, len: u64) -> f64 {
 }
 
 #[test]
+fn reservations_the_node_could_not_meet_for_a_while_are_not_paid_back_at_length() {
+    // A 1 Gbit/s node reserves 600 and 300 Mbit/s for `a` and `b`; `c` has none. Its rate
+    // lowered to 300 Mbit/s for 5 s, the tags of `a` and `b` fell 4.5 s behind, and once
+    // the rate was back they took the whole node for 23 s to catch up, `c` nothing. What a
+    // member is owed is capped (4 of the largest packets), so `c` gets its share back at once.
+    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+        let mut b = TreeBuilder::new(cfg(10_000));
+        let root = b.root(NodeSpec::new("root", policy).rate(Rate::gbit(1), 0));
+        for (i, res) in [Some(Rate::mbit(600)), Some(Rate::mbit(300)), None]
+            .into_iter()
+            .enumerate()
+        {
+            let mut class = NodeSpec::new(&format!("c{i}"), PolicyKind::Fifo);
+            class.member.reservation = res;
+            let leaf = b.child(root, class);
+            b.rule(vec![Match::Class(i as u32)], leaf);
+        }
+        let mut s = b.build().unwrap();
+        let mut host = Host::new();
+        let flows = [(0, 0, 1500), (1, 1, 1500), (2, 2, 1500)];
+        let before = host.run(&mut s, &flows, 4, None, S, 2 * S);
+        s.set_rate(2 * S, root, Some(Rate::mbit(300)), 0);
+        host.run(&mut s, &[], 0, None, 2 * S, 7 * S);
+        s.set_rate(7 * S, root, Some(Rate::gbit(1)), 0);
+        let after = host.run(&mut s, &[], 0, None, 7 * S, 8 * S);
+        let c_before = mbit_in(&before, 2, S, S);
+        assert!(c_before > 90.0, "{policy}: c before the dip: {c_before:.1}");
+        for w in 1..10 {
+            let start = 7 * S + w * 100 * MS;
+            let got: Vec<f64> = (0..3)
+                .map(|c| mbit_in(&after, c, start, 100 * MS))
+                .collect();
+            assert!(
+                (got[2] - c_before).abs() < 0.05 * c_before,
+                "{policy}, window {w} after the dip: a, b, c got {got:.1?} Mbit/s, c had {c_before:.1}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_reservation_given_at_run_time_claims_no_time_from_before() {
     // Equal weights on a 1 Gbit/s link: 500/500. A 300 Mbit/s reservation for `a`, below
     // its share, changes nothing; it used to date from when `a` became backlogged, 2 s

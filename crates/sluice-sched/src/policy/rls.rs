@@ -55,16 +55,52 @@ fn catch_up(tags: &mut Tags, now: u64) {
     }
 }
 
+/// How many of the scheduler's largest packets of reservation a member may be owed.
+const OWED_PACKETS: u64 = 4;
+
 /// The shared arithmetic. `charge_shares_to_reservation`: whether service from the share
 /// queue also advances the reservation tag (HTB: a class's rate counts all it sends) or not
 /// (hClock / mClock: reservations come on top of shares).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Rls {
     /// Share virtual time.
     clock: Clock,
+    /// The most reservation service a member may be owed, bytes: [`OWED_PACKETS`] of the
+    /// scheduler's `max_packet` ([`Policy::set_param`]).
+    max_owed: u64,
+}
+
+impl Default for Rls {
+    fn default() -> Self {
+        Rls {
+            clock: Clock::default(),
+            max_owed: OWED_PACKETS * 65_536,
+        }
+    }
 }
 
 impl Rls {
+    /// [`Policy::set_param`]: `max_packet` sizes what a member may be owed.
+    fn set(&mut self, name: &str, value: u64) -> bool {
+        match name {
+            "max_packet" => {
+                self.max_owed = value.saturating_mul(OWED_PACKETS);
+                true
+            }
+            _ => self.clock.set(name, value),
+        }
+    }
+
+    /// Where a reservation tag `a` owing more than `max_owed` bytes at `res` by `now` is
+    /// brought up to, if it does: the time `res` takes to send them before `now`.
+    #[inline]
+    fn owed_floor(&self, a: u64, now: u64, res: Rate) -> Option<u64> {
+        // lag * bps / 8e9 > max_owed, without a division in the common case.
+        let lag = u128::from(now.saturating_sub(a));
+        (lag * u128::from(res.bps()) > u128::from(self.max_owed) * 8_000_000_000)
+            .then(|| now.saturating_sub(res.tx_time_ns(self.max_owed)))
+    }
+
     fn ranks(tags: &Tags, cfg: &MemberCfg) -> [Rank; 2] {
         let r = if cfg.reservation.is_some() {
             tags.a
@@ -91,11 +127,21 @@ impl Rls {
     /// hours once others came (Linux HTB charges borrowed bytes to the lender, not to the
     /// class's rate), and a tiny rate's tag overflowed. A reservation served when due (`a <=
     /// now`, all of hClock's) is charged in full.
+    ///
+    /// Behind `now`, the tag owes the member at most `max_owed` bytes: while the node gets
+    /// less than its members' reservations (its own rate lowered below their sum at run time,
+    /// a parent that serves it less), the tags of the members that stay backlogged fall
+    /// behind, and without a bound they took the node for as long again once it had the rate
+    /// back (a 5 s dip to 300 Mbit/s under reservations of 600 and 300 left a third member
+    /// of the 1 Gbit/s node nothing for 23 s after). As Linux HTB caps a class's tokens at its
+    /// burst, what it could not get beyond that is forgotten.
     fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>, reservation_too: bool) {
         let sent = s.sent;
         if let (Some(res), true) = (cfg.reservation, reservation_too) {
             let (a, frac) = if tags.a > s.now {
                 (s.now, 0)
+            } else if let Some(floor) = self.owed_floor(tags.a, s.now, res) {
+                (floor, 0)
             } else {
                 (tags.a, fraction(tags.c))
             };
@@ -204,7 +250,7 @@ macro_rules! rls_common {
             self.0.clock.busy();
         }
         fn set_param(&mut self, name: &str, value: u64) -> bool {
-            self.0.clock.set(name, value)
+            self.0.set(name, value)
         }
         fn virtual_time(&self) -> Option<u64> {
             Some(self.0.clock.v)
@@ -344,6 +390,47 @@ mod tests {
             htb.served(&mut tags, &cfg, &s);
         }
         assert_eq!(tags.a, now + 12_000);
+    }
+
+    #[test]
+    fn a_tag_owes_at_most_four_of_the_largest_packets() {
+        // 1500 B largest: 6000 B at 1 Gbit/s are 48 us. A tag 1 s behind is served from
+        // 48 us behind; one 40 us behind keeps its place (and fraction).
+        let cfg = MemberCfg {
+            reservation: Some(Rate::gbit(1)),
+            ..MemberCfg::default()
+        };
+        let sent = Meta {
+            len: 1500,
+            ..Meta::default()
+        };
+        let now = 10_000_000_000;
+        for policy in [
+            &mut HClock::default() as &mut dyn Policy,
+            &mut Htb::default(),
+        ] {
+            assert!(policy.set_param("max_packet", 1500));
+            for (behind, after) in [(1_000_000_000, 48_000 - 12_000), (40_000, 40_000 - 12_000)] {
+                let mut tags = Tags {
+                    a: now - behind,
+                    b: 0,
+                    c: 7,
+                };
+                let s = Service {
+                    sent: &sent,
+                    available: 1,
+                    backlog: &NoBacklog,
+                    from: 0,
+                    now,
+                };
+                policy.served(&mut tags, &cfg, &s);
+                assert_eq!(now - tags.a, after, "{} {behind} ns behind", policy.name());
+                assert_eq!(
+                    tags.c & u64::from(u32::MAX),
+                    if behind == 40_000 { 7 } else { 0 }
+                );
+            }
+        }
     }
 
     #[test]
