@@ -91,14 +91,21 @@ impl Rls {
         }
     }
 
-    /// Where a reservation tag `a` owing more than `max_owed` bytes at `res` by `now` is
-    /// brought up to, if it does: the time `res` takes to send them before `now`.
+    /// Whether a reservation tag `a` owes more than `max_owed` bytes at `res` by `now`.
     #[inline]
-    fn owed_floor(&self, a: u64, now: u64, res: Rate) -> Option<u64> {
-        // lag * bps / 8e9 > max_owed, without a division in the common case.
+    fn owes_too_much(&self, a: u64, now: u64, res: Rate) -> bool {
+        // lag * bps / 8e9 > max_owed, without a division.
         let lag = u128::from(now.saturating_sub(a));
-        (lag * u128::from(res.bps()) > u128::from(self.max_owed) * 8_000_000_000)
-            .then(|| now.saturating_sub(res.tx_time_ns(self.max_owed)))
+        lag * u128::from(res.bps()) > u128::from(self.max_owed) * 8_000_000_000
+    }
+
+    /// Where a tag that owes too much is brought up to: the time `res` takes to send
+    /// `max_owed` before `now`. (Out of line: rare, and its division would crowd the path
+    /// every packet takes.)
+    #[cold]
+    #[inline(never)]
+    fn owed_floor(&self, now: u64, res: Rate) -> u64 {
+        now.saturating_sub(res.tx_time_ns(self.max_owed))
     }
 
     fn ranks(tags: &Tags, cfg: &MemberCfg) -> [Rank; 2] {
@@ -140,8 +147,8 @@ impl Rls {
         if let (Some(res), true) = (cfg.reservation, reservation_too) {
             let (a, frac) = if tags.a > s.now {
                 (s.now, 0)
-            } else if let Some(floor) = self.owed_floor(tags.a, s.now, res) {
-                (floor, 0)
+            } else if self.owes_too_much(tags.a, s.now, res) {
+                (self.owed_floor(s.now, res), 0)
             } else {
                 (tags.a, fraction(tags.c))
             };
