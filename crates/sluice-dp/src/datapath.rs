@@ -264,7 +264,7 @@ impl Datapath {
     /// `ENETDOWN` when its interface goes down or is deleted, and frames resume if it comes
     /// back up).
     pub fn port_error(&mut self, p: usize) {
-        let Some(port) = self.ports.get(p) else {
+        let Some(port) = self.ports.get_mut(p) else {
             return;
         };
         match port.take_error() {

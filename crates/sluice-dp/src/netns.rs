@@ -20,9 +20,9 @@
 //! and a step whose interface no longer exists has nothing left to undo.
 //!
 //! Free helpers: [`interface_index`] and [`require_interface`] (does an interface exist here),
-//! [`in_netns`] (run a closure on a thread inside a namespace: sockets it opens belong to that
-//! namespace), [`run_in`] (run a program inside a namespace, `ip netns exec`), [`ip`] and
-//! [`mac_address`].
+//! [`in_netns`] and [`in_netns_of`] (run a closure on a thread inside a namespace: sockets it
+//! opens belong to that namespace), [`current_netns`] and [`is_current_netns`], [`run_in`]
+//! (run a program inside a namespace, `ip netns exec`), [`ip`] and [`mac_address`].
 
 use std::ffi::CString;
 use std::fmt;
@@ -265,12 +265,40 @@ where
             }
         }
     })?;
+    in_netns_of(&file, f).map_err(|source| NetnsError::Io {
+        what: format!("cannot enter namespace `{netns}`"),
+        source,
+    })
+}
+
+/// The network namespace of the calling thread, as an open file (`/proc/thread-self/ns/net`):
+/// a port that must re-create its socket later, perhaps on another thread, keeps it to create
+/// the socket where the first one was.
+pub fn current_netns() -> io::Result<std::fs::File> {
+    std::fs::File::open("/proc/thread-self/ns/net")
+}
+
+/// Whether `netns` (a namespace file, as [`current_netns`] opens) is the calling thread's
+/// network namespace.
+pub fn is_current_netns(netns: &std::fs::File) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (there, here) = (netns.metadata()?, current_netns()?.metadata()?);
+    Ok((there.dev(), there.ino()) == (here.dev(), here.ino()))
+}
+
+/// [`in_netns`] for a namespace given as an open file (as [`current_netns`] opens): run `f`
+/// on a new thread that has joined it. An error says why the thread could not join it.
+pub fn in_netns_of<R, F>(netns: &std::fs::File, f: F) -> io::Result<R>
+where
+    R: Send,
+    F: FnOnce() -> R + Send,
+{
     let joined = std::thread::scope(|s| {
         s.spawn(move || {
-            // SAFETY: setns takes a descriptor that `file` keeps open for the whole call, and
+            // SAFETY: setns takes a descriptor that `netns` keeps open for the whole call, and
             // changes the network namespace of the calling thread only: this thread, which
             // exists to run `f` and ends right after it, so no other code observes the change.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            let rc = unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) };
             if rc != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -279,11 +307,7 @@ where
         .join()
     });
     match joined {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(source)) => Err(NetnsError::Io {
-            what: format!("cannot enter namespace `{netns}`"),
-            source,
-        }),
+        Ok(r) => r,
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use sluice_dp::buffers::BUF_SIZE;
 use sluice_dp::netns::{self, NetnsError, Setup, Step, in_netns, interface_exists, netns_exists};
-use sluice_dp::port::af_packet::{AfPacket, RingConfig};
+use sluice_dp::port::af_packet::{AfPacket, LOOK_AGAIN_NS, RingConfig};
 use sluice_dp::port::tap::Tap;
-use sluice_dp::port::{Port, VNET_HDR_LEN, VnetHdr};
+use sluice_dp::port::{Port, PortEvent, VNET_HDR_LEN, VnetHdr};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -802,6 +802,273 @@ fn af_packet_ports_forward_tcp_between_namespaces() {
     for i in [&xa, &xb, &ya, &yb] {
         assert!(!interface_exists(None, i).expect("ip"));
     }
+}
+
+/// A veth pair `a`|`b` in namespace `n`, both ends up; returns `a`'s index there.
+fn veth_up(setup: &mut Setup, n: &str, a: &str, b: &str) -> u32 {
+    setup.add_veth(Some(n), a, b).expect("veth");
+    setup.link_up(Some(n), a).expect("up");
+    setup.link_up(Some(n), b).expect("up");
+    in_netns(n, || netns::interface_index(a))
+        .expect("enter")
+        .expect("index")
+}
+
+/// `port.tend` at `*t`, then `*t` moved on by [`LOOK_AGAIN_NS`]: one look per call (the time
+/// is the test's own, not the clock's).
+fn tend(port: &mut AfPacket, t: &mut u64) -> Option<PortEvent> {
+    let event = port.tend(*t);
+    *t += LOOK_AGAIN_NS;
+    event
+}
+
+/// Whether interface `ifname` in namespace `n` is in promiscuous mode (`promiscuity` counts
+/// the sockets that asked).
+fn promiscuity(n: &str, ifname: &str) -> u32 {
+    let out = netns::ip(&["-n", n, "-d", "link", "show", "dev", ifname]).expect("ip");
+    out.split_whitespace()
+        .skip_while(|w| *w != "promiscuity")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no promiscuity in {out}"))
+}
+
+/// Whether descriptor `fd` polls readable now.
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, and the count passed is 1; a zero timeout does not block.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
+/// A frame of the test's ethertype carrying `tag` (broadcast: every port reads it).
+fn tagged(tag: u8) -> Vec<u8> {
+    eth(BROADCAST, FAKE_MAC, ETH_TEST, &[tag; 46])
+}
+
+fn is_tagged(tag: u8) -> impl Fn(&[u8]) -> bool {
+    move |f| ethertype(f) == Some(ETH_TEST) && ether(f).get(14) == Some(&tag)
+}
+
+/// An AF_PACKET port whose interface is deleted and created again under its name (a new
+/// index): it says the outage once, looks for the interface by name (no more than every
+/// LOOK_AGAIN_NS of the time it is given), binds its socket to the new one, promiscuous again,
+/// and frames pass both ways again. An interface set down and up is a second outage, said
+/// again, that ends without binding anew. Before, the socket stayed bound to the deleted
+/// interface: every send failed for good, and only the first outage was said.
+#[test]
+fn af_packet_binds_again_to_its_interface_created_again() {
+    require_root!();
+    let n = ns("pr");
+    let (v0, v1) = (ifn("r0"), ifn("r1"));
+    let mut setup = Setup::new();
+    setup.netns(&n).expect("netns");
+    let first = veth_up(&mut setup, &n, &v0, &v1);
+    let mut port = in_netns(&n, || AfPacket::open(&v0))
+        .expect("enter")
+        .expect("open");
+    let quiet = RingConfig {
+        promiscuous: false,
+        ..RingConfig::default()
+    };
+    let mut peer = in_netns(&n, || AfPacket::open_with(&v1, quiet))
+        .expect("enter")
+        .expect("open");
+    let mut t = 1_000_000_000;
+    assert_eq!(tend(&mut port, &mut t), None, "all is well");
+    assert_eq!((port.ifindex(), promiscuity(&n, &v0)), (first, 1));
+    send(&mut port, &tagged(1));
+    assert!(recv_until(&mut peer, is_tagged(1)).is_some());
+
+    netns::ip(&["-n", &n, "link", "del", &v0]).expect("delete");
+    let e = port.send(&tagged(1)).expect_err("no interface");
+    assert!(e.to_string().contains("No such device or address"), "{e}");
+    assert_eq!(port.counters().tx_errors, 1);
+    assert!(
+        matches!(tend(&mut port, &mut t), Some(PortEvent::Lost(why)) if why.contains("No such device")),
+        "the outage is said"
+    );
+    for _ in 0..3 {
+        assert_eq!(tend(&mut port, &mut t), None, "said once; still gone");
+    }
+    assert!(port.next_tend().is_some(), "an idle daemon wakes to look");
+
+    let second = veth_up(&mut setup, &n, &v0, &v1);
+    assert_ne!(second, first);
+    // Before any look: the socket is not bound to the new interface.
+    assert_eq!(port.tend(t - 1), None);
+    assert!(port.send(&tagged(1)).is_err());
+    assert_eq!(
+        tend(&mut port, &mut t),
+        Some(PortEvent::Back {
+            ifindex: second,
+            rebound: true,
+            reopened: false
+        })
+    );
+    assert_eq!(port.ifindex(), second);
+    assert_eq!(port.next_tend(), None);
+    assert_eq!(promiscuity(&n, &v0), 1, "promiscuous again");
+    let mut peer = in_netns(&n, || AfPacket::open_with(&v1, quiet))
+        .expect("enter")
+        .expect("open");
+    send(&mut port, &tagged(2));
+    assert!(recv_until(&mut peer, is_tagged(2)).is_some(), "sent again");
+    send(&mut peer, &tagged(3));
+    assert!(recv_until(&mut port, is_tagged(3)).is_some(), "read again");
+
+    // Down: a second outage, said again; up: back on the same socket, nothing bound anew.
+    netns::ip(&["-n", &n, "link", "set", "dev", &v0, "down"]).expect("down");
+    let e = port.take_error().expect("SO_ERROR").expect("an error");
+    assert_eq!(e.raw_os_error(), Some(libc::ENETDOWN), "{e}");
+    assert!(matches!(
+        tend(&mut port, &mut t),
+        Some(PortEvent::Lost(why)) if why.contains("Network is down")
+    ));
+    assert_eq!(tend(&mut port, &mut t), None);
+    setup.link_up(Some(&n), &v0).expect("up");
+    assert_eq!(
+        tend(&mut port, &mut t),
+        Some(PortEvent::Back {
+            ifindex: second,
+            rebound: false,
+            reopened: false
+        })
+    );
+    send(&mut peer, &tagged(4));
+    assert!(recv_until(&mut port, is_tagged(4)).is_some());
+    assert_eq!(
+        port.counters().tx_errors,
+        2,
+        "the two sends while it was gone"
+    );
+
+    drop((port, peer));
+    setup.teardown().expect("teardown");
+    assert!(!netns_exists(&n));
+}
+
+/// Per-core engines' AF_PACKET sockets in a fanout group cannot be bound again (the kernel
+/// refuses to bind a socket in a group): each is re-created, on a new descriptor, in the
+/// namespace it was opened in (here another thread's), and together they read every frame
+/// once again.
+#[test]
+fn af_packet_fanout_sockets_are_made_again_for_their_interface_created_again() {
+    require_root!();
+    let n = ns("pg");
+    let (v0, v1) = (ifn("g0"), ifn("g1"));
+    let mut setup = Setup::new();
+    setup.netns(&n).expect("netns");
+    // No IPv6 chatter: the test's frames are the only ones.
+    in_netns(&n, || {
+        std::fs::write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1")
+    })
+    .expect("enter")
+    .expect("disable IPv6");
+    let first = veth_up(&mut setup, &n, &v0, &v1);
+    let cfg = RingConfig {
+        fanout: Some(std::process::id() as u16),
+        ..RingConfig::default()
+    };
+    let mut ports: Vec<AfPacket> = (0..2)
+        .map(|_| {
+            in_netns(&n, || AfPacket::open_with(&v0, cfg))
+                .expect("enter")
+                .expect("open")
+        })
+        .collect();
+    let fds: Vec<i32> = ports.iter().map(|p| p.fd()).collect();
+    let mut t = 1_000_000_000;
+    let mut buf = vec![0u8; BUF_SIZE];
+
+    // A frame in a ring when the interface goes: read before its socket is replaced.
+    let mut sender = in_netns(&n, || AfPacket::open(&v1))
+        .expect("enter")
+        .expect("open");
+    for p in &mut ports {
+        while p.recv(&mut buf).expect("recv").is_some() {}
+    }
+    send(&mut sender, &tagged(8));
+    let deadline = Instant::now() + WAIT;
+    let full = loop {
+        if let Some(p) = ports.iter().position(|p| readable(p.fd())) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the frame never reached a ring");
+        thread::sleep(Duration::from_millis(1));
+    };
+
+    netns::ip(&["-n", &n, "link", "del", &v0]).expect("delete");
+    let second = veth_up(&mut setup, &n, &v0, &v1);
+    assert_ne!(second, first);
+    for port in &mut ports {
+        let e = port.take_error().expect("SO_ERROR").expect("an error");
+        assert_eq!(e.raw_os_error(), Some(libc::ENETDOWN), "{e}");
+        assert!(matches!(tend(port, &mut t), Some(PortEvent::Lost(_))));
+    }
+    assert_eq!(tend(&mut ports[full], &mut t), None, "frames to read first");
+    let mut kept = 0;
+    while let Some(len) = ports[full].recv(&mut buf).expect("recv") {
+        kept += usize::from(is_tagged(8)(&buf[..len]));
+    }
+    assert_eq!(kept, 1, "the frame is read from the old ring");
+    // The test thread is not in `n`: the sockets are made where the first ones were.
+    for port in &mut ports {
+        assert_eq!(
+            tend(port, &mut t),
+            Some(PortEvent::Back {
+                ifindex: second,
+                rebound: true,
+                reopened: true
+            })
+        );
+        assert_eq!(port.ifindex(), second);
+    }
+    assert!(ports.iter().zip(&fds).all(|(p, fd)| p.fd() != *fd));
+    assert_eq!(promiscuity(&n, &v0), 2, "each socket asked again");
+
+    // Every frame is read once, by one socket of the group.
+    let mut sender = in_netns(&n, || AfPacket::open(&v1))
+        .expect("enter")
+        .expect("open");
+    for p in &mut ports {
+        while p.recv(&mut buf).expect("recv").is_some() {}
+    }
+    const FRAMES: u8 = 64;
+    for i in 0..FRAMES {
+        // One flow each (the group fans out by flow hash): the tag is the source MAC's end.
+        let mut f = tagged(9);
+        f[VNET_HDR_LEN + 11] = i;
+        send(&mut sender, &f);
+    }
+    let mut seen = vec![Vec::new(); 2];
+    let deadline = Instant::now() + WAIT;
+    while seen.iter().map(Vec::len).sum::<usize>() < usize::from(FRAMES) {
+        assert!(Instant::now() < deadline, "frames missing: {seen:?}");
+        let mut idle = true;
+        for (p, port) in ports.iter_mut().enumerate() {
+            if let Some(len) = port.recv(&mut buf).expect("recv") {
+                idle = false;
+                if is_tagged(9)(&buf[..len]) {
+                    seen[p].push(src_mac(&buf[..len]).expect("mac")[5]);
+                }
+            }
+        }
+        if idle {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut all = seen.concat();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), usize::from(FRAMES), "each read once: {seen:?}");
+
+    drop((ports, sender));
+    setup.teardown().expect("teardown");
+    assert!(!netns_exists(&n));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,20 +23,38 @@
 //! `kernel_drops`. The kernel moves a VLAN tag out of the frame into the ring's metadata; `recv`
 //! puts it back, so frames leave as they came.
 //!
-//! `unsafe` is confined to: the system calls (socket, setsockopt, getsockopt, mmap, munmap,
-//! bind, send), each in a small helper; and `ring::RingMem`, which owns the mapping and
-//! offers bounds-checked reads, a copy, and the atomic block status word. The protocol that
-//! makes reading sound (the kernel does not write a block it has handed over until it is given
-//! back) lives in `Ring::next`, the only user of that memory. The ring walk is tested over
-//! heap memory laid out by hand (including corrupt offsets) and over real kernel rings.
+//! Outages. An interface that goes down or away does not end the port. A failed send or the
+//! socket's pending error (`ENETDOWN`, `ENXIO`) begins an outage, and so does a look at the
+//! interface that finds it down, gone, or at an index the socket is not bound to ([`Port::tend`]
+//! looks every [`CHECK_NS`] when the daemon steps anyway). [`Port::tend`] says an outage once
+//! when it begins; while it lasts it looks for the interface by name every [`LOOK_AGAIN_NS`] (of
+//! the time the daemon passes in; the lookup is an `ioctl` on the port's socket, so it asks the
+//! socket's namespace, whichever thread tends it), and once the interface is up the port
+//! attaches to it and says so. The same interface up again needs nothing: the kernel takes its
+//! socket back. A new interface under the name (another index, or the old one back from
+//! another namespace) needs the socket bound to it again, promiscuous again (the kernel ends a
+//! deleted interface's memberships); the ring, its options and its unread frames stay. A socket
+//! in a fanout group cannot be bound again: it is re-created, with a ring of the same geometry
+//! and the same options, in the namespace the port was opened in, once its old ring holds
+//! nothing to read, on a new descriptor, in a group of the new interface (`regroup` says
+//! which).
+//!
+//! `unsafe` is confined to: the system calls (socket, setsockopt, getsockopt, getsockname,
+//! ioctl, mmap, munmap, bind, send), each in a small helper; and `ring::RingMem`, which owns
+//! the mapping and offers bounds-checked reads, a copy, and the atomic block status word. The
+//! protocol that makes reading sound (the kernel does not write a block it has handed over
+//! until it is given back) lives in `Ring::next`, the only user of that memory. The ring walk
+//! is tested over heap memory laid out by hand (including corrupt offsets) and over real
+//! kernel rings.
 
 use std::cell::Cell;
+use std::fs::File;
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
-use super::{Port, PortCounters, VNET_HDR_LEN, VnetHdr};
+use super::{Port, PortCounters, PortEvent, VNET_HDR_LEN, VnetHdr};
 use crate::netns;
 
 /// Geometry and behaviour of an [`AfPacket`] port's receive ring.
@@ -360,6 +378,16 @@ impl Ring {
         self.mem.read::<2>(off).map(u16::from_ne_bytes)
     }
 
+    /// Whether a block is handed over and not all given back yet: frames to read. (The kernel
+    /// hands blocks over in order, so the current block tells.)
+    fn holds_frames(&self) -> bool {
+        self.cursor.is_some()
+            || self
+                .mem
+                .atomic_u32(self.base() + layout::BLOCK_STATUS)
+                .is_some_and(|s| s.load(Ordering::Acquire) & libc::TP_STATUS_USER != 0)
+    }
+
     /// Give the current block back to the kernel and move to the next.
     fn release(&mut self) {
         if let Some(status) = self.mem.atomic_u32(self.base() + layout::BLOCK_STATUS) {
@@ -527,14 +555,158 @@ impl Ring {
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
 const VNET_F_NEEDS_CSUM: u8 = 1;
 
+/// How long a port whose interface is down or gone waits between two looks for it (by its
+/// name): 100 ms of the time the daemon passes to [`Port::tend`].
+pub const LOOK_AGAIN_NS: u64 = 100_000_000;
+
+/// How long a port whose interface is fine waits between two looks at it. These looks happen
+/// only when the daemon steps anyway (an idle daemon is not woken for them); they catch an
+/// outage that no error reported (a port that is only read, in busy mode).
+pub const CHECK_NS: u64 = 1_000_000_000;
+
+/// Whether an error of a send, or the socket's pending error, says that the interface is down
+/// (`ENETDOWN`) or gone (`ENXIO`: the socket's interface was deleted; `ENODEV`).
+fn is_outage(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV)
+    )
+}
+
+/// An outage of a port's interface: from its first sign until the port is attached again.
+#[derive(Debug)]
+struct Outage {
+    /// What showed it.
+    why: String,
+    /// Said ([`PortEvent::Lost`]).
+    reported: bool,
+    /// An attempt to attach again failed, and that was said ([`PortEvent::Stuck`]).
+    stuck: bool,
+}
+
+/// What a port knows of its interface, and when it looks at it next: bookkeeping only, tested
+/// without an interface (the port's [`Port::tend`] does the looking).
+#[derive(Debug, Default)]
+struct Watch {
+    outage: Option<Outage>,
+    /// When to look next (in the time given to `tend`).
+    next_look: u64,
+}
+
+/// What a look at the interface calls for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing: all is well, or the outage goes on.
+    Wait,
+    /// An outage began: say so.
+    Lost,
+    /// The outage ended: the socket is bound to the interface, up at this index.
+    Back(u32),
+    /// The interface is up at this index, and the socket is not bound to it: attach.
+    Attach(u32),
+}
+
+impl Watch {
+    /// An error from a send or the socket: an outage begins if it says the interface is down
+    /// or gone, to be said and looked into at the next `tend`.
+    fn note(&mut self, e: &io::Error) {
+        if self.outage.is_none() && is_outage(e) {
+            self.begin(e.to_string());
+            self.next_look = 0;
+        }
+    }
+
+    fn begin(&mut self, why: String) {
+        self.outage = Some(Outage {
+            why,
+            reported: false,
+            stuck: false,
+        });
+    }
+
+    /// Why the outage began, the first time it is asked for.
+    fn report(&mut self) -> Option<String> {
+        let outage = self.outage.as_mut().filter(|o| !o.reported)?;
+        outage.reported = true;
+        Some(outage.why.clone())
+    }
+
+    /// Why attaching failed, the first time in an outage.
+    fn stuck(&mut self, why: String) -> Option<String> {
+        let outage = self.outage.as_mut().filter(|o| !o.stuck)?;
+        outage.stuck = true;
+        Some(why)
+    }
+
+    /// Whether it is time to look, at `now`.
+    fn due(&self, now: u64) -> bool {
+        now >= self.next_look
+    }
+
+    /// When to be tended even if nothing else happens: while an outage lasts.
+    fn next_tend(&self) -> Option<u64> {
+        self.outage.as_ref().map(|_| self.next_look)
+    }
+
+    /// A look at `now` found interface `ifname` `seen` (`(index, up)`; `None`: no such
+    /// interface) and the socket bound to interface `bound` (`None`: to none, its interface
+    /// gone). What to do.
+    fn looked(
+        &mut self,
+        now: u64,
+        ifname: &str,
+        seen: Option<(u32, bool)>,
+        bound: Option<u32>,
+    ) -> Verdict {
+        self.next_look = now + LOOK_AGAIN_NS;
+        let why = match seen {
+            Some((index, true)) if bound == Some(index) => {
+                self.next_look = now + CHECK_NS;
+                return match self.outage.take() {
+                    Some(_) => Verdict::Back(index),
+                    None => Verdict::Wait,
+                };
+            }
+            Some((index, true)) => {
+                if self.outage.is_some() {
+                    return Verdict::Attach(index);
+                }
+                // Said first, attached at the next look, right after.
+                self.begin(format!(
+                    "interface `{ifname}` is now index {index}, which the port is not bound to"
+                ));
+                self.next_look = now;
+                return Verdict::Lost;
+            }
+            Some((_, false)) => format!("interface `{ifname}` is down"),
+            None => format!("interface `{ifname}` does not exist"),
+        };
+        if self.outage.is_some() {
+            return Verdict::Wait;
+        }
+        self.begin(why);
+        Verdict::Lost
+    }
+
+    /// The port is attached again, at `now`.
+    fn attached(&mut self, now: u64) {
+        self.outage = None;
+        self.next_look = now + CHECK_NS;
+    }
+}
+
 /// An interface read through a TPACKET_V3 ring and written with `send(2)`, frames carrying a
 /// virtio-net header. See the module documentation.
 pub struct AfPacket {
-    ring: Ring,
-    fd: OwnedFd,
+    sock: Socket,
     ifname: String,
     config: RingConfig,
-    ignores_outgoing: bool,
+    /// The interface index the socket was last bound to.
+    ifindex: u32,
+    /// The namespace a fanout port was opened in: its socket is re-created there when its
+    /// interface comes back (any other port's socket is bound again in place).
+    netns: Option<File>,
+    watch: Watch,
     counters: PortCounters,
     /// Kernel drops read so far (`PACKET_STATISTICS` resets on each read).
     kernel_drops: Cell<u64>,
@@ -543,11 +715,20 @@ pub struct AfPacket {
     warned_too_big: bool,
 }
 
+/// A packet socket and its ring: what re-creating a port replaces. Fields drop in order: the
+/// ring is unmapped before the socket closes.
+struct Socket {
+    ring: Ring,
+    fd: OwnedFd,
+    ignores_outgoing: bool,
+}
+
 impl std::fmt::Debug for AfPacket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AfPacket")
             .field("ifname", &self.ifname)
-            .field("fd", &self.fd)
+            .field("ifindex", &self.ifindex)
+            .field("fd", &self.sock.fd)
             .field("config", &self.config)
             .field("counters", &self.counters)
             .finish_non_exhaustive()
@@ -598,16 +779,143 @@ fn packet_stats(fd: RawFd) -> io::Result<libc::tpacket_stats_v3> {
     }
 }
 
-impl AfPacket {
-    /// Open interface `ifname` (in the calling thread's namespace) with the default ring.
-    pub fn open(ifname: &str) -> io::Result<AfPacket> {
-        AfPacket::open_with(ifname, RingConfig::default())
+/// A link-layer address naming interface `ifindex` (0: none), protocol `protocol`.
+fn link_addr(ifindex: libc::c_int, protocol: u16) -> libc::sockaddr_ll {
+    libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as libc::c_ushort,
+        sll_protocol: protocol.to_be(),
+        sll_ifindex: ifindex,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
     }
+}
 
-    /// Open interface `ifname` with ring `config`. Errors name the interface, the step that
-    /// failed and why; a missing interface is "interface `eth9` does not exist".
-    pub fn open_with(ifname: &str, config: RingConfig) -> io::Result<AfPacket> {
-        let ifindex = netns::interface_index(ifname).map_err(io::Error::from)?;
+/// Bind packet socket `fd` to interface `ifindex`, every protocol (`ETH_P_ALL`).
+fn bind_to(fd: RawFd, ifindex: u32) -> io::Result<()> {
+    let addr = link_addr(ifindex as libc::c_int, libc::ETH_P_ALL as u16);
+    // SAFETY: `addr` is a live, initialised sockaddr_ll and the length passed is its size;
+    // bind only reads it.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The interface packet socket `fd` is bound to; `None` once that interface is gone (the
+/// kernel unbinds a packet socket from an interface that is deleted or moved to another
+/// namespace: its index reads -1).
+fn bound_index(fd: RawFd) -> Option<u32> {
+    let mut addr = link_addr(0, 0);
+    let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: `addr` and `len` are live and exclusively borrowed for the call; `len` tells the
+    // kernel how many bytes `addr` has, and it writes at most that many (and updates `len`).
+    let rc =
+        unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_ll).cast(), &mut len) };
+    u32::try_from(addr.sll_ifindex)
+        .ok()
+        .filter(|&i| rc == 0 && i > 0)
+}
+
+/// Take socket `fd`'s pending error (`SO_ERROR`, which reading clears). The kernel sets
+/// `ENETDOWN` when the interface goes down or away, and the socket's next send fails with it,
+/// whenever that is.
+fn pending_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
+    let code = nix::sys::socket::getsockopt(fd, nix::sys::socket::sockopt::SocketError)
+        .map_err(io::Error::from)?;
+    Ok((code != 0).then(|| io::Error::from_raw_os_error(code)))
+}
+
+/// Join (`PACKET_ADD_MEMBERSHIP`) or leave (`PACKET_DROP_MEMBERSHIP`) promiscuous mode on
+/// interface `ifindex`.
+fn promiscuous(fd: RawFd, ifindex: u32, op: libc::c_int) -> io::Result<()> {
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    setsockopt(fd, libc::SOL_PACKET, op, &mreq)
+}
+
+/// `struct ifreq` as `SIOCGIFINDEX` and `SIOCGIFFLAGS` use it: a name, and a union in which
+/// the kernel answers (an int index, or short flags, at its start).
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    data: [u8; 24],
+}
+
+/// Ask about interface `ifname` (`SIOCGIFINDEX` or `SIOCGIFFLAGS`) through socket `fd`: the
+/// kernel looks the name up in the socket's namespace, whichever thread asks. The first four
+/// bytes of the answer.
+fn ask_interface(fd: RawFd, ifname: &str, request: libc::c_ulong) -> io::Result<[u8; 4]> {
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: [0; 24],
+    };
+    let name = ifname.as_bytes();
+    // Room for the NUL that ends it (a port's name was checked when it was opened).
+    let Some(dst) = req
+        .name
+        .get_mut(..name.len())
+        .filter(|_| name.len() < libc::IFNAMSIZ)
+    else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    dst.copy_from_slice(name);
+    // SAFETY: `req` is live and exclusively borrowed for the call, and at least as large as
+    // the kernel's `struct ifreq` (40 bytes on 64-bit Linux): the kernel reads the
+    // NUL-terminated name from it, writes its answer into it and nowhere else, and keeps no
+    // pointer.
+    let rc = unsafe { libc::ioctl(fd, request, &mut req as *mut IfReq) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut first = [0u8; 4];
+    first.copy_from_slice(&req.data[..4]);
+    Ok(first)
+}
+
+/// Where interface `ifname` is in the namespace of socket `fd`: `(index, up)`, or `None`
+/// when there is no interface of that name (or it cannot be looked up: the port keeps
+/// looking).
+fn look_up(fd: RawFd, ifname: &str) -> Option<(u32, bool)> {
+    let index = ask_interface(fd, ifname, libc::SIOCGIFINDEX).ok()?;
+    let flags = ask_interface(fd, ifname, libc::SIOCGIFFLAGS).ok()?;
+    let index = u32::try_from(i32::from_ne_bytes(index)).ok()?;
+    let flags = i16::from_ne_bytes([flags[0], flags[1]]);
+    Some((index, flags & libc::IFF_UP as i16 != 0))
+}
+
+/// The fanout group a port joins after its socket is re-created on interface `ifindex`. Not
+/// group `id` itself: the old sockets of other engines still hold that group, tied to the
+/// interface that is gone, and the kernel refuses to join it on another one. `id` changes in
+/// its low 12 bits only, never to itself, so it meets no group the daemon gives its other
+/// ports (which differ in the top 4 bits); every engine's socket on one interface computes
+/// the same group.
+fn regroup(id: u16, ifindex: u32) -> u16 {
+    id ^ (1 + (ifindex % 4095) as u16)
+}
+
+impl Socket {
+    /// A packet socket on interface `ifindex` (named `ifname`, for messages) with `config`'s
+    /// ring, in fanout group `group`. See the module documentation.
+    fn open(
+        ifname: &str,
+        ifindex: u32,
+        config: &RingConfig,
+        group: Option<u16>,
+    ) -> io::Result<Socket> {
         let fail = |what: &str, e: io::Error| {
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => " (need CAP_NET_RAW)",
@@ -618,12 +926,6 @@ impl AfPacket {
                 format!("cannot open AF_PACKET port on `{ifname}`: {what}: {e}{hint}"),
             )
         };
-        config.check().map_err(|m| {
-            fail(
-                "ring configuration",
-                io::Error::new(io::ErrorKind::InvalidInput, m),
-            )
-        })?;
 
         // Protocol 0: nothing is received until `bind` below.
         // SAFETY: socket takes no pointer; the result is checked.
@@ -670,50 +972,51 @@ impl AfPacket {
         let ring = Ring::new(mem, config.block_size as usize, config.block_count as usize);
 
         if config.promiscuous {
-            let mreq = libc::packet_mreq {
-                mr_ifindex: ifindex as libc::c_int,
-                mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
-                mr_alen: 0,
-                mr_address: [0; 8],
-            };
-            setsockopt(s, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+            promiscuous(s, ifindex, libc::PACKET_ADD_MEMBERSHIP)
                 .map_err(|e| fail("promiscuous mode", e))?;
         }
-
-        let addr = libc::sockaddr_ll {
-            sll_family: libc::AF_PACKET as libc::c_ushort,
-            sll_protocol: (libc::ETH_P_ALL as u16).to_be(),
-            sll_ifindex: ifindex as libc::c_int,
-            sll_hatype: 0,
-            sll_pkttype: 0,
-            sll_halen: 0,
-            sll_addr: [0; 8],
-        };
-        // SAFETY: `addr` is a live, initialised sockaddr_ll and the length passed is its size;
-        // bind only reads it.
-        let rc = unsafe {
-            libc::bind(
-                s,
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(fail("bind", io::Error::last_os_error()));
-        }
-        if let Some(group) = config.fanout {
+        bind_to(s, ifindex).map_err(|e| fail("bind", e))?;
+        if let Some(group) = group {
             let arg: libc::c_int =
                 libc::c_int::from(group) | (libc::PACKET_FANOUT_HASH << 16) as libc::c_int;
             setsockopt(s, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
                 .map_err(|e| fail("PACKET_FANOUT", e))?;
         }
-
-        Ok(AfPacket {
+        Ok(Socket {
             ring,
             fd,
+            ignores_outgoing,
+        })
+    }
+}
+
+impl AfPacket {
+    /// Open interface `ifname` (in the calling thread's namespace) with the default ring.
+    pub fn open(ifname: &str) -> io::Result<AfPacket> {
+        AfPacket::open_with(ifname, RingConfig::default())
+    }
+
+    /// Open interface `ifname` with ring `config`. Errors name the interface, the step that
+    /// failed and why; a missing interface is "interface `eth9` does not exist".
+    pub fn open_with(ifname: &str, config: RingConfig) -> io::Result<AfPacket> {
+        let ifindex = netns::interface_index(ifname).map_err(io::Error::from)?;
+        config.check().map_err(|m| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot open AF_PACKET port on `{ifname}`: ring configuration: {m}"),
+            )
+        })?;
+        let sock = Socket::open(ifname, ifindex, &config, config.fanout)?;
+        // Without /proc a fanout port is re-created in the namespace of the thread that
+        // tends it: the daemon's engines all run in the namespace its ports are opened in.
+        let netns = config.fanout.and_then(|_| netns::current_netns().ok());
+        Ok(AfPacket {
+            sock,
             ifname: ifname.to_string(),
             config,
-            ignores_outgoing,
+            ifindex,
+            netns,
+            watch: Watch::default(),
             counters: PortCounters::default(),
             kernel_drops: Cell::new(0),
             truncated: 0,
@@ -729,7 +1032,12 @@ impl AfPacket {
     /// Whether the kernel filters this port's own transmissions (`PACKET_IGNORE_OUTGOING`);
     /// without it they are skipped while reading.
     pub fn ignores_outgoing(&self) -> bool {
-        self.ignores_outgoing
+        self.sock.ignores_outgoing
+    }
+
+    /// The index of the interface the port was last bound to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
     }
 
     /// Frames skipped because the kernel truncated them (longer than a block) or they do not
@@ -740,10 +1048,68 @@ impl AfPacket {
     }
 
     fn refresh_kernel_drops(&self) {
-        if let Ok(st) = packet_stats(self.fd.as_raw_fd()) {
+        if let Ok(st) = packet_stats(self.sock.fd.as_raw_fd()) {
             self.kernel_drops
                 .set(self.kernel_drops.get() + st.tp_drops as u64);
         }
+    }
+
+    /// Attach the port to interface `ifindex`, its interface's new index. A plain socket is
+    /// bound again in place: its ring, options and frames not read yet stay. A fanout socket
+    /// cannot be (the kernel refuses to bind a socket in a group), so it is re-created in the
+    /// namespace it was opened in and joins a group of the new interface ([`regroup`]); this
+    /// waits while the old ring still holds frames to read. `Ok(None)`: not yet; `Ok(Some(
+    /// reopened))`: attached, on a new descriptor if `reopened`.
+    fn attach(&mut self, ifindex: u32) -> io::Result<Option<bool>> {
+        let Some(group) = self.config.fanout else {
+            self.rebind(ifindex)?;
+            return Ok(Some(false));
+        };
+        if self.sock.ring.holds_frames() {
+            return Ok(None);
+        }
+        let (ifname, config) = (self.ifname.as_str(), &self.config);
+        let open = || Socket::open(ifname, ifindex, config, Some(regroup(group, ifindex)));
+        let sock = match &self.netns {
+            Some(ns) if !netns::is_current_netns(ns)? => netns::in_netns_of(ns, open)??,
+            _ => open()?,
+        };
+        // What the kernel dropped at the old socket is counted before it goes.
+        self.refresh_kernel_drops();
+        // The old socket closes here, which takes it out of its group and out of any epoll
+        // set (nothing else holds it: its ring is unmapped with it).
+        self.sock = sock;
+        Ok(Some(true))
+    }
+
+    /// Bind the socket to interface `ifindex` again, in promiscuous mode if configured: the
+    /// kernel ended the membership of an interface that was deleted, and the membership of one
+    /// still there (renamed, its name now another's) ends here.
+    fn rebind(&mut self, ifindex: u32) -> io::Result<()> {
+        let fd = self.sock.fd.as_raw_fd();
+        let fail = |what: &str, e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot bind AF_PACKET port `{}` to index {ifindex}: {what}: {e}",
+                    self.ifname
+                ),
+            )
+        };
+        if self.config.promiscuous {
+            if let Some(old) = bound_index(fd) {
+                let _ = promiscuous(fd, old, libc::PACKET_DROP_MEMBERSHIP);
+            }
+            promiscuous(fd, ifindex, libc::PACKET_ADD_MEMBERSHIP)
+                .map_err(|e| fail("promiscuous mode", e))?;
+        }
+        bind_to(fd, ifindex).map_err(|e| {
+            if self.config.promiscuous {
+                // Not left counted twice when the next attempt joins again.
+                let _ = promiscuous(fd, ifindex, libc::PACKET_DROP_MEMBERSHIP);
+            }
+            fail("bind", e)
+        })
     }
 }
 
@@ -757,7 +1123,7 @@ impl Port for AfPacket {
     /// [`crate::buffers::BUF_SIZE`] bytes.
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
-            match self.ring.next(buf) {
+            match self.sock.ring.next(buf) {
                 Ok(Next::Empty) => return Ok(None),
                 Ok(Next::Frame(n)) => {
                     self.counters.rx_frames += 1;
@@ -808,8 +1174,14 @@ impl Port for AfPacket {
         loop {
             // SAFETY: `frame` is a live slice; send reads exactly `frame.len()` bytes from it
             // and keeps no pointer.
-            let n =
-                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+            let n = unsafe {
+                libc::send(
+                    self.sock.fd.as_raw_fd(),
+                    frame.as_ptr().cast(),
+                    frame.len(),
+                    0,
+                )
+            };
             if n >= 0 {
                 self.counters.tx_frames += 1;
                 self.counters.tx_bytes += frame.len() as u64;
@@ -823,6 +1195,7 @@ impl Port for AfPacket {
                 }
                 _ => {
                     self.counters.tx_errors += 1;
+                    self.watch.note(&e);
                     return Err(io::Error::new(
                         e.kind(),
                         format!(
@@ -837,19 +1210,67 @@ impl Port for AfPacket {
     }
 
     fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.sock.fd.as_raw_fd()
+    }
+
+    /// The socket's pending error (`SO_ERROR`, which reading clears): `ENETDOWN` once the
+    /// interface went down or was deleted, when epoll reports `EPOLLERR`. It begins an outage.
+    fn take_error(&mut self) -> io::Result<Option<io::Error>> {
+        let e = pending_error(&self.sock.fd)?;
+        if let Some(e) = &e {
+            self.watch.note(e);
+        }
+        Ok(e)
+    }
+
+    /// Say an outage once it began (an error said so, or a look found the interface down,
+    /// gone, or at another index); while it lasts, look for the interface by name every
+    /// [`LOOK_AGAIN_NS`] (otherwise every [`CHECK_NS`], when called) and attach to it when it
+    /// is up: bound again in place, or re-created for a fanout port.
+    fn tend(&mut self, now: u64) -> Option<PortEvent> {
+        if let Some(why) = self.watch.report() {
+            return Some(PortEvent::Lost(why));
+        }
+        if !self.watch.due(now) {
+            return None;
+        }
+        let fd = self.sock.fd.as_raw_fd();
+        let (seen, bound) = (look_up(fd, &self.ifname), bound_index(fd));
+        match self.watch.looked(now, &self.ifname, seen, bound) {
+            Verdict::Wait => None,
+            Verdict::Lost => self.watch.report().map(PortEvent::Lost),
+            Verdict::Back(ifindex) => {
+                // The outage's own error, if no one took it: the next send would fail with it.
+                let _ = pending_error(&self.sock.fd);
+                Some(PortEvent::Back {
+                    ifindex,
+                    rebound: false,
+                    reopened: false,
+                })
+            }
+            Verdict::Attach(ifindex) => match self.attach(ifindex) {
+                Ok(Some(reopened)) => {
+                    let _ = pending_error(&self.sock.fd);
+                    self.ifindex = ifindex;
+                    self.watch.attached(now);
+                    Some(PortEvent::Back {
+                        ifindex,
+                        rebound: true,
+                        reopened,
+                    })
+                }
+                Ok(None) => None,
+                Err(e) => self.watch.stuck(e.to_string()).map(PortEvent::Stuck),
+            },
+        }
+    }
+
+    fn next_tend(&self) -> Option<u64> {
+        self.watch.next_tend()
     }
 
     /// The counters; `kernel_drops` is what `PACKET_STATISTICS` reported so far plus frames
     /// skipped as truncated.
-    /// The socket's pending error (`SO_ERROR`, which reading clears): `ENETDOWN` once the
-    /// interface went down or was deleted, when epoll reports `EPOLLERR`.
-    fn take_error(&self) -> io::Result<Option<io::Error>> {
-        let code = nix::sys::socket::getsockopt(&self.fd, nix::sys::socket::sockopt::SocketError)
-            .map_err(io::Error::from)?;
-        Ok((code != 0).then(|| io::Error::from_raw_os_error(code)))
-    }
-
     fn counters(&self) -> PortCounters {
         self.refresh_kernel_drops();
         PortCounters {
@@ -1149,6 +1570,146 @@ mod tests {
             })
             .contains("timeout")
         );
+    }
+
+    #[test]
+    fn a_ring_with_a_block_handed_over_holds_frames() {
+        let mut r = ring(2);
+        assert!(!r.holds_frames());
+        fill(&r.mem, 0, &[frame(&[1; 60]), frame(&[2; 60])]);
+        assert!(r.holds_frames());
+        let mut buf = vec![0u8; 2048];
+        assert_eq!(r.next(&mut buf), Ok(Next::Frame(70)));
+        assert!(r.holds_frames(), "a frame of the block is left");
+        assert_eq!(r.next(&mut buf), Ok(Next::Frame(70)));
+        assert!(!r.holds_frames(), "the block is given back");
+    }
+
+    fn os(code: i32) -> io::Error {
+        io::Error::from_raw_os_error(code)
+    }
+
+    /// One outage, said when it begins and when it ends; looks at most every
+    /// LOOK_AGAIN_NS of the time given meanwhile; the next outage said again.
+    #[test]
+    fn an_outage_is_said_once_when_it_begins_and_once_when_it_ends() {
+        let mut w = Watch::default();
+        assert_eq!(w.next_tend(), None, "a port that is fine wakes no one");
+        for code in [libc::EAGAIN, libc::EMSGSIZE, libc::ENOBUFS, libc::EINVAL] {
+            w.note(&os(code));
+        }
+        assert_eq!(w.report(), None, "errors that say nothing of the interface");
+
+        // The interface is deleted: sends fail, then the socket's error says so too.
+        w.note(&os(libc::ENXIO));
+        w.note(&os(libc::ENETDOWN));
+        assert_eq!(w.next_tend(), Some(0), "looked into at once");
+        let why = w.report().expect("said");
+        assert!(why.contains("No such device or address"), "{why}");
+        assert_eq!(w.report(), None, "said once");
+
+        let mut t = 5_000_000_000;
+        assert!(w.due(t));
+        assert_eq!(w.looked(t, "eth1", None, None), Verdict::Wait);
+        assert!(
+            !w.due(t + LOOK_AGAIN_NS - 1),
+            "no look before LOOK_AGAIN_NS"
+        );
+        assert_eq!(w.next_tend(), Some(t + LOOK_AGAIN_NS));
+        t += LOOK_AGAIN_NS;
+        assert_eq!(w.looked(t, "eth1", Some((9, false)), None), Verdict::Wait);
+
+        // Created again, up, at a new index the socket is not bound to: attach, as often as
+        // it takes; a failure is said once.
+        t += LOOK_AGAIN_NS;
+        assert_eq!(
+            w.looked(t, "eth1", Some((9, true)), None),
+            Verdict::Attach(9)
+        );
+        assert_eq!(w.stuck("no".into()).as_deref(), Some("no"));
+        t += LOOK_AGAIN_NS;
+        assert_eq!(
+            w.looked(t, "eth1", Some((9, true)), None),
+            Verdict::Attach(9)
+        );
+        assert_eq!(
+            w.stuck("no again".into()),
+            None,
+            "stuck is said once an outage"
+        );
+        w.attached(t);
+        assert_eq!(w.next_tend(), None);
+        assert_eq!(w.report(), None);
+        assert!(!w.due(t + CHECK_NS - 1) && w.due(t + CHECK_NS));
+        t += CHECK_NS;
+        assert_eq!(w.looked(t, "eth1", Some((9, true)), Some(9)), Verdict::Wait);
+
+        // The next outage, found by a look (the interface set down), is said again, and it
+        // ends without attaching: the socket stayed bound.
+        t += CHECK_NS;
+        assert_eq!(
+            w.looked(t, "eth1", Some((9, false)), Some(9)),
+            Verdict::Lost
+        );
+        assert_eq!(w.report().as_deref(), Some("interface `eth1` is down"));
+        assert_eq!(w.stuck("x".into()).as_deref(), Some("x"), "a new outage");
+        t += LOOK_AGAIN_NS;
+        assert_eq!(
+            w.looked(t, "eth1", Some((9, true)), Some(9)),
+            Verdict::Back(9)
+        );
+        assert_eq!(w.next_tend(), None);
+
+        // And one more, by an error again.
+        w.note(&os(libc::ENETDOWN));
+        assert!(
+            w.report()
+                .is_some_and(|why| why.contains("Network is down"))
+        );
+    }
+
+    /// An interface replaced while no error said so (a port only read, in busy mode): a look
+    /// finds its name at another index, says so, and attaches at the next look, at once.
+    #[test]
+    fn a_look_finds_an_interface_replaced_without_an_error() {
+        let mut w = Watch::default();
+        assert_eq!(w.looked(0, "eth1", Some((3, true)), Some(3)), Verdict::Wait);
+        assert_eq!(
+            w.looked(CHECK_NS, "eth1", Some((4, true)), None),
+            Verdict::Lost
+        );
+        let why = w.report().expect("said");
+        assert!(why.contains("now index 4"), "{why}");
+        assert!(w.due(CHECK_NS));
+        assert_eq!(
+            w.looked(CHECK_NS, "eth1", Some((4, true)), None),
+            Verdict::Attach(4)
+        );
+        // Gone, and found at its old index again (renamed back): back, nothing to attach.
+        let mut w = Watch::default();
+        assert_eq!(w.looked(0, "eth1", None, Some(3)), Verdict::Lost);
+        assert!(w.report().is_some_and(|why| why.contains("does not exist")));
+        assert_eq!(
+            w.looked(LOOK_AGAIN_NS, "eth1", Some((3, true)), Some(3)),
+            Verdict::Back(3)
+        );
+    }
+
+    #[test]
+    fn a_fanout_group_made_again_meets_no_other_group_of_the_daemon() {
+        for id in [0u16, 0x1234, 0xffff, 0x3000] {
+            for ifindex in [1u32, 2, 4094, 4095, 4096, 70_000, u32::MAX] {
+                let g = regroup(id, ifindex);
+                assert_ne!(g, id, "not the group the old sockets still hold");
+                assert_eq!(g & 0xf000, id & 0xf000, "not another port's group");
+                assert_eq!(
+                    g,
+                    regroup(id, ifindex),
+                    "every engine's socket joins one group"
+                );
+            }
+            assert_ne!(regroup(id, 5), regroup(id, 6));
+        }
     }
 
     #[test]

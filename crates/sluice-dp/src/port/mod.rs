@@ -107,12 +107,48 @@ pub trait Port: Send {
 
     /// Take the error the port's descriptor reports when epoll says `EPOLLERR`, if it keeps
     /// one apart from reads (a socket's `SO_ERROR`). A tap reports its errors on `recv`.
-    fn take_error(&self) -> io::Result<Option<io::Error>> {
+    fn take_error(&mut self) -> io::Result<Option<io::Error>> {
         Ok(None)
+    }
+
+    /// Look after the port's interface at `now` (nanoseconds of the clock the datapath's steps
+    /// are given): say when an outage begins, attach the port again when its interface is
+    /// back, and say so. Called after every step; cheap unless it is time to look. A tap has
+    /// nothing to look after: its device lives and dies with its descriptor.
+    fn tend(&mut self, _now: u64) -> Option<PortEvent> {
+        None
+    }
+
+    /// When [`Port::tend`] should run next even if no frame moves (while an outage lasts, so
+    /// that an idle event loop wakes to look for the interface), or `None`.
+    fn next_tend(&self) -> Option<u64> {
+        None
     }
 
     /// The port's counters.
     fn counters(&self) -> PortCounters;
+}
+
+/// What [`Port::tend`] found out about a port's interface. Each outage gives one `Lost` when
+/// it begins and one `Back` when it ends; one `Stuck` at most in between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortEvent {
+    /// The interface went down or away (why): frames sent to the port fail, counted as
+    /// `tx_error`, until it is back.
+    Lost(String),
+    /// The interface is back, up at index `ifindex`.
+    Back {
+        /// Its index.
+        ifindex: u32,
+        /// The port was bound to it again: a new interface of the same name (or the old one,
+        /// back from another namespace), not the old one up again.
+        rebound: bool,
+        /// The port has a new descriptor ([`Port::fd`]): wait on that one from now on. (The
+        /// old one is closed, which took it out of any epoll set.)
+        reopened: bool,
+    },
+    /// The interface is back but the port cannot attach to it yet (why); tried again.
+    Stuck(String),
 }
 
 #[cfg(test)]
