@@ -27,7 +27,7 @@ use crate::config::{AtBound, Malformed};
 use crate::delay::DelayLine;
 use crate::ecn;
 use crate::parse;
-use crate::port::{Port, VNET_HDR_LEN, VnetHdr};
+use crate::port::{Port, PortEvent, VNET_HDR_LEN, VnetHdr};
 use crate::stats::{
     ClassSnapshot, Counters, DropReason, FlowCounts, LinkSnapshot, PortSnapshot, Snapshot,
 };
@@ -131,8 +131,9 @@ pub struct Datapath {
     /// A port whose device is gone (its tap deleted under the daemon), and why: every read
     /// would fail the same way, so the host stops ([`Datapath::port_gone`]).
     gone: Option<(usize, io::Error)>,
-    /// Ports whose last reported error was already logged (an interface that is down).
-    error_logged: Vec<bool>,
+    /// Ports attached again to their interface on a new descriptor, which an event loop has
+    /// not waited on yet ([`Datapath::take_reopened`]).
+    reopened: Vec<bool>,
     at_bound: AtBound,
     malformed: Malformed,
     counters: Counters,
@@ -209,7 +210,7 @@ impl Datapath {
             readable: vec![true; n],
             tracking_readiness: false,
             gone: None,
-            error_logged: vec![false; n],
+            reopened: vec![false; n],
             ports,
             names,
             links: built,
@@ -260,9 +261,9 @@ impl Datapath {
     }
 
     /// Epoll reported an error condition on port `p`: take the port's pending error so that
-    /// it is not reported again, and log it once while it lasts (an AF_PACKET socket reports
-    /// `ENETDOWN` when its interface goes down or is deleted, and frames resume if it comes
-    /// back up).
+    /// it is not reported again. An AF_PACKET socket reports `ENETDOWN` when its interface goes
+    /// down or is deleted: the port notes the outage, which the next step says
+    /// ([`Datapath::step`] tends the ports).
     pub fn port_error(&mut self, p: usize) {
         let Some(port) = self.ports.get_mut(p) else {
             return;
@@ -272,16 +273,21 @@ impl Datapath {
                 self.gone.get_or_insert((p, e));
             }
             Ok(Some(e)) => {
-                if !std::mem::replace(&mut self.error_logged[p], true) {
-                    tracing::warn!(port = %self.names[p], error = %e, "port reports an error");
-                }
+                tracing::debug!(port = %self.names[p], error = %e, "port reports an error")
             }
-            Ok(None) => self.error_logged[p] = false,
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(port = %self.names[p], error = %e, "cannot read the port's error")
             }
         }
         self.readable(p);
+    }
+
+    /// Whether port `p` was attached again to its interface on a new descriptor since the
+    /// last call: an event loop stops counting the old one as watched (closing it took it out
+    /// of the epoll set) and waits on the new one.
+    pub fn take_reopened(&mut self, p: usize) -> bool {
+        self.reopened.get_mut(p).is_some_and(std::mem::take)
     }
 
     /// Whether port `p` should be read now: it feeds a link, no frame read from it is waiting
@@ -299,8 +305,8 @@ impl Datapath {
         self.buffers.count() - self.buffers.available()
     }
 
-    /// One round: read every port, release what the schedulers let go, flush delay lines.
-    /// Returns whether any frame moved.
+    /// One round: read every port, release what the schedulers let go, flush delay lines,
+    /// look after the ports' interfaces. Returns whether any frame moved.
     pub fn step(&mut self, now: u64) -> bool {
         let mut moved = false;
         for p in 0..self.ports.len() {
@@ -312,7 +318,49 @@ impl Datapath {
         for p in 0..self.ports.len() {
             moved |= self.flush(p, now);
         }
+        for p in 0..self.ports.len() {
+            self.tend(p, now);
+        }
         moved
+    }
+
+    /// Look after port `p`'s interface ([`Port::tend`]): say an outage once when it begins
+    /// and once when it ends (an AF_PACKET port's interface down, deleted, created again), and
+    /// read the port again once it is back.
+    fn tend(&mut self, p: usize, now: u64) {
+        let Some(event) = self.ports[p].tend(now) else {
+            return;
+        };
+        let (port, ifname) = (&self.names[p], self.ports[p].ifname());
+        match &event {
+            PortEvent::Lost(why) => tracing::warn!(
+                port = %port,
+                error = %why,
+                "interface `{ifname}` is down or gone: frames sent to it are dropped (tx_error) \
+                 until it is back"
+            ),
+            PortEvent::Back {
+                ifindex,
+                rebound: true,
+                ..
+            } => tracing::info!(
+                port = %port,
+                "interface `{ifname}` back, re-bound to index {ifindex}"
+            ),
+            PortEvent::Back { ifindex, .. } => tracing::info!(
+                port = %port,
+                "interface `{ifname}` back, up again at index {ifindex}"
+            ),
+            PortEvent::Stuck(why) => tracing::warn!(
+                port = %port,
+                error = %why,
+                "interface `{ifname}` is back but the port cannot attach to it yet; trying again"
+            ),
+        }
+        if let PortEvent::Back { reopened, .. } = event {
+            self.readable[p] = true;
+            self.reopened[p] |= reopened;
+        }
     }
 
     /// Read up to a batch of frames from port `p` into its link.
@@ -564,8 +612,9 @@ impl Datapath {
         }
     }
 
-    /// When something is next due: a scheduler release, a delayed frame, or soon if a port
-    /// pushed back. `None` when nothing is pending (wait for frames).
+    /// When something is next due: a scheduler release, a delayed frame, a look for a port's
+    /// lost interface, or soon if a port pushed back. `None` when nothing is pending (wait for
+    /// frames).
     pub fn next_wake(&self, now: u64) -> Option<u64> {
         let mut t = None;
         let mut at = |x: Option<u64>| {
@@ -578,6 +627,9 @@ impl Datapath {
         }
         for d in &self.delay {
             at(d.next_due());
+        }
+        for port in &self.ports {
+            at(port.next_tend());
         }
         if self.tx_backlog.iter().any(|b| !b.is_empty()) {
             at(Some(now + 50_000));
@@ -845,6 +897,100 @@ pub(crate) mod tests {
 
     const FIFO: &str =
         "[scheduler]\ndefault = \"q\"\n\n[[node]]\nname = \"q\"\npolicy = \"fifo\"\n";
+
+    /// A port that says what its interface does, one event per [`Port::tend`], and keeps
+    /// what is sent to it.
+    struct Tended {
+        events: VecDeque<Option<PortEvent>>,
+        next_tend: Option<u64>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Port for Tended {
+        fn ifname(&self) -> &str {
+            "tended"
+        }
+        fn recv(&mut self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+        fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+            self.sent.lock().unwrap().push(frame.to_vec());
+            Ok(())
+        }
+        fn fd(&self) -> std::os::fd::RawFd {
+            -1
+        }
+        fn tend(&mut self, _now: u64) -> Option<PortEvent> {
+            self.events.pop_front().flatten()
+        }
+        fn next_tend(&self) -> Option<u64> {
+            self.next_tend
+        }
+        fn counters(&self) -> PortCounters {
+            PortCounters::default()
+        }
+    }
+
+    /// Every step tends every port; a port back on a new descriptor is to be waited on anew
+    /// (said once), and read again; a port that waits to look for its interface wakes an
+    /// event loop that has nothing else to do.
+    #[test]
+    fn ports_are_tended_and_a_reopened_one_is_said_once() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let back = |reopened| {
+            Some(PortEvent::Back {
+                ifindex: 7,
+                rebound: true,
+                reopened,
+            })
+        };
+        let tended = Tended {
+            events: [
+                Some(PortEvent::Lost("gone".into())),
+                None,
+                Some(PortEvent::Stuck("not yet".into())),
+                back(true),
+                back(false),
+            ]
+            .into(),
+            next_tend: Some(5_000),
+            sent: sent.clone(),
+        };
+        let reader = Scripted {
+            to_read: vec![tcp_frame(1, 10, 1)].into(),
+            sent: sent.clone(),
+        };
+        let link = LinkSpec {
+            from: 0,
+            to: 1,
+            scheduler: sluice_sched::config::build_str(FIFO, "test").unwrap(),
+            policy: None,
+        };
+        let cfg = DatapathConfig {
+            memory: 4 << 20,
+            at_bound: AtBound::Pause,
+            malformed: Malformed::Drop,
+            scheduled: 4096,
+            ecn: None,
+        };
+        let ports: Vec<Box<dyn Port>> = vec![Box::new(reader), Box::new(tended)];
+        let mut dp =
+            Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap();
+        dp.track_readiness();
+        assert_eq!(dp.next_wake(1_000), Some(5_000), "a look is due");
+        for t in 1..=3 {
+            dp.step(t);
+            assert!(!dp.take_reopened(1), "not reopened yet");
+        }
+        dp.step(4);
+        assert!(dp.take_reopened(1), "reopened");
+        assert!(!dp.take_reopened(1), "said once");
+        assert!(dp.readable[1], "read again");
+        dp.step(5);
+        assert!(!dp.take_reopened(1), "back on the same descriptor");
+        assert!(!dp.take_reopened(0) && !dp.take_reopened(9));
+        assert_eq!(sent.lock().unwrap().len(), 1, "frames move meanwhile");
+    }
 
     /// The control socket's `set_weight` names a class; the root of a policy with classes
     /// has no weight, and saying so beats changing a child's weight in its place.

@@ -1,5 +1,6 @@
 //! Ports and namespaces against the real kernel: taps moved into namespaces, AF_PACKET on
-//! veths, and the setup guard that creates and removes them.
+//! veths (and an engine over them whose interface is deleted and created again), and the setup
+//! guard that creates and removes them.
 //!
 //! These tests need root (network namespaces, taps, raw sockets); as another user they print a
 //! note and pass. Every name includes the process id, so parallel runs do not collide; every
@@ -10,16 +11,23 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use sluice_dp::buffers::BUF_SIZE;
+use sluice_dp::config::{AtBound, Malformed, Mode};
+use sluice_dp::control::{ControlHandle, Reply, Request};
+use sluice_dp::daemon::engine::{Engine, Internal};
+use sluice_dp::daemon::now_ns;
+use sluice_dp::datapath::{Datapath, DatapathConfig, LinkSpec};
 use sluice_dp::netns::{self, NetnsError, Setup, Step, in_netns, interface_exists, netns_exists};
 use sluice_dp::port::af_packet::{AfPacket, LOOK_AGAIN_NS, RingConfig};
 use sluice_dp::port::tap::Tap;
 use sluice_dp::port::{Port, PortEvent, VNET_HDR_LEN, VnetHdr};
+use sluice_dp::stats::Snapshot;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -1069,6 +1077,300 @@ fn af_packet_fanout_sockets_are_made_again_for_their_interface_created_again() {
     drop((ports, sender));
     setup.teardown().expect("teardown");
     assert!(!netns_exists(&n));
+}
+
+// ---------------------------------------------------------------------------------------------
+// An engine over AF_PACKET ports, as `sluice run` drives it
+
+/// What an engine thread logs, kept for the test to read.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Log {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+/// An engine running a datapath over `ports` (named `a`, `b`: links a -> b and b -> a, FIFO)
+/// on a thread of its own, as the daemon's single engine; stopped when dropped.
+struct Running {
+    control: ControlHandle,
+    wake: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+    log: Log,
+}
+
+impl Running {
+    fn start(ports: Vec<Box<dyn Port>>, mode: Mode) -> Running {
+        const FIFO: &str =
+            "[scheduler]\ndefault = \"q\"\n\n[[node]]\nname = \"q\"\npolicy = \"fifo\"\n";
+        let links = [(0, 1), (1, 0)]
+            .into_iter()
+            .map(|(from, to)| LinkSpec {
+                from,
+                to,
+                scheduler: sluice_sched::config::build_str(FIFO, "fifo").expect("policy"),
+                policy: None,
+            })
+            .collect();
+        let cfg = DatapathConfig {
+            memory: 16 << 20,
+            at_bound: AtBound::Pause,
+            malformed: Malformed::Default,
+            scheduled: 4096,
+            ecn: None,
+        };
+        let dp = Datapath::new(ports, vec!["a".into(), "b".into()], vec![], links, cfg)
+            .expect("datapath");
+        let wake = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).expect("eventfd"),
+        );
+        let waker = wake.clone();
+        let (control, commands) = ControlHandle::new(Arc::new(move || {
+            let _ = waker.write(1);
+        }));
+        let (_, internal) = mpsc::sync_channel::<Internal>(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Log::default();
+        let mut engine = Engine::new(
+            dp,
+            commands,
+            internal,
+            wake.clone(),
+            stop.clone(),
+            mode,
+            now_ns(),
+        );
+        let writer = log.clone();
+        let thread = thread::spawn(move || {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            let _log = tracing::subscriber::set_default(subscriber);
+            engine.run(None).expect("the engine runs until stopped");
+        });
+        Running {
+            control,
+            wake,
+            stop,
+            thread: Some(thread),
+            log,
+        }
+    }
+
+    fn stats(&self) -> Snapshot {
+        match self.control.call(Request::Stats {}, WAIT) {
+            Reply::Stats(s) => *s,
+            other => panic!("stats: {other:?}"),
+        }
+    }
+
+    /// Frames dropped because a port's send failed.
+    fn tx_errors(&self) -> u64 {
+        self.stats().drops.get("tx_error").copied().unwrap_or(0)
+    }
+
+    /// Times the log says `what`.
+    fn said(&self, what: &str) -> usize {
+        self.log.text().matches(what).count()
+    }
+
+    /// Wait until the log says `what` `times` times.
+    fn wait_said(&self, what: &str, times: usize) {
+        let deadline = Instant::now() + WAIT;
+        while self.said(what) < times {
+            assert!(
+                Instant::now() < deadline,
+                "the log never said `{what}` {times} times:\n{}",
+                self.log.text()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.wake.write(1);
+        if let Some(t) = self.thread.take() {
+            if let Err(panic) = t.join() {
+                if !thread::panicking() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
+}
+
+/// Send `payload` from `from` to `to` (both UDP sockets, `to` with a short read timeout) until
+/// it arrives, resending every read timeout; false after [`WAIT`].
+fn udp_arrives(from: &UdpSocket, to: &UdpSocket, payload: &[u8]) -> bool {
+    let dst = to.local_addr().expect("address");
+    let deadline = Instant::now() + WAIT;
+    let mut buf = [0u8; 64];
+    while Instant::now() < deadline {
+        from.send_to(payload, dst).expect("send");
+        match recv_from(to, &mut buf) {
+            Ok((n, _)) if &buf[..n] == payload => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+    false
+}
+
+/// X -- xa|xb -- [T: an engine over AF_PACKET ports on xb, yb] -- yb|ya -- Y. The pair yb|ya
+/// is deleted while the engine runs, and created again (yb gets a new index): the engine says
+/// the outage once, counts what it could not send as `tx_error`, binds port `b` to the new yb
+/// ("back, re-bound to index N") and datagrams cross again. yb set down is a second outage,
+/// said again, and up it carries traffic again. Before, port `b` stayed bound to the deleted
+/// interface (every frame toward Y a tx_error until a restart), and only the first outage was
+/// ever logged.
+fn an_engine_carries_traffic_again_after_its_interface_is_created_again(mode: Mode, tag: &str) {
+    let (t, x, y) = (
+        ns(&format!("{tag}t")),
+        ns(&format!("{tag}x")),
+        ns(&format!("{tag}y")),
+    );
+    let (xa, xb, ya, yb) = (
+        ifn(&format!("{tag}xa")),
+        ifn(&format!("{tag}xb")),
+        ifn(&format!("{tag}ya")),
+        ifn(&format!("{tag}yb")),
+    );
+    let (ip_x, ip_y) = (Ipv4Addr::new(10, 84, 0, 1), Ipv4Addr::new(10, 84, 0, 2));
+    let mut setup = Setup::new();
+    for n in [&t, &x, &y] {
+        setup.netns(n).expect("netns");
+    }
+    let pair = |setup: &mut Setup, n: &str, a: &str, b: &str, ip: Ipv4Addr| {
+        setup.add_veth(Some(&t), b, a).expect("veth");
+        setup.move_link(a, Some(&t), n).expect("move");
+        setup
+            .add_address(Some(n), a, ip.into(), 24)
+            .expect("address");
+        setup.link_up(Some(n), a).expect("up");
+        setup.link_up(Some(&t), b).expect("up");
+    };
+    pair(&mut setup, &x, &xa, &xb, ip_x);
+    pair(&mut setup, &y, &ya, &yb, ip_y);
+    let open = |ifname: &str| -> Box<dyn Port> {
+        Box::new(
+            in_netns(&t, || AfPacket::open(ifname))
+                .expect("enter")
+                .expect("open"),
+        )
+    };
+    let engine = Running::start(vec![open(&xb), open(&yb)], mode);
+    let sx = in_netns(&x, || UdpSocket::bind((ip_x, 0)))
+        .expect("enter")
+        .expect("bind");
+    let sy = in_netns(&y, || UdpSocket::bind((ip_y, 0)))
+        .expect("enter")
+        .expect("bind");
+    sy.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    assert!(udp_arrives(&sx, &sy, b"before"), "{}", engine.log.text());
+    let first = in_netns(&t, || netns::interface_index(&yb))
+        .expect("enter")
+        .expect("index");
+
+    // Gone: what crosses toward Y cannot be sent, counted, and said once.
+    netns::ip(&["-n", &t, "link", "del", &yb]).expect("delete");
+    let lost = format!("interface `{yb}` is down or gone");
+    let deadline = Instant::now() + WAIT;
+    while engine.tx_errors() < 3 {
+        assert!(Instant::now() < deadline, "no tx_error counted");
+        sx.send_to(b"lost", (ip_y, 9)).expect("send");
+        thread::sleep(Duration::from_millis(20));
+    }
+    engine.wait_said(&lost, 1);
+
+    // Created again: the port binds to the new interface and datagrams cross again.
+    pair(&mut setup, &y, &ya, &yb, ip_y);
+    let second = in_netns(&t, || netns::interface_index(&yb))
+        .expect("enter")
+        .expect("index");
+    assert_ne!(first, second);
+    // X still knows Y's old address; the new ya has another.
+    netns::ip(&["-n", &x, "neigh", "flush", "dev", &xa]).expect("flush");
+    let sy = in_netns(&y, || UdpSocket::bind((ip_y, 0)))
+        .expect("enter")
+        .expect("bind");
+    sy.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    assert!(
+        udp_arrives(&sx, &sy, b"after"),
+        "nothing crossed after the interface came back:\n{}",
+        engine.log.text()
+    );
+    let rebound = format!("interface `{yb}` back, re-bound to index {second}");
+    engine.wait_said(&rebound, 1);
+    let sent = engine.stats().ports[1].tx_frames;
+    assert!(udp_arrives(&sx, &sy, b"again"));
+    assert!(engine.stats().ports[1].tx_frames > sent, "counted as sent");
+    assert!(udp_arrives(&sy, &sx, b"and back"));
+
+    // Down, then up: a second outage, said again; traffic again after it.
+    netns::ip(&["-n", &t, "link", "set", "dev", &yb, "down"]).expect("down");
+    let errors = engine.tx_errors();
+    let deadline = Instant::now() + WAIT;
+    while engine.tx_errors() == errors {
+        assert!(Instant::now() < deadline, "no tx_error counted");
+        sx.send_to(b"down", (ip_y, 9)).expect("send");
+        thread::sleep(Duration::from_millis(20));
+    }
+    engine.wait_said(&lost, 2);
+    netns::ip(&["-n", &t, "link", "set", "dev", &yb, "up"]).expect("up");
+    engine.wait_said(
+        &format!("interface `{yb}` back, up again at index {second}"),
+        1,
+    );
+    assert!(udp_arrives(&sx, &sy, b"up again"));
+    assert_eq!(
+        engine.said(&lost),
+        2,
+        "each outage said once:\n{}",
+        engine.log.text()
+    );
+    assert_eq!(engine.said(&rebound), 1, "{}", engine.log.text());
+
+    drop(engine);
+    setup.teardown().expect("teardown");
+    for n in [&t, &x, &y] {
+        assert!(!netns_exists(n));
+    }
+}
+
+#[test]
+fn an_event_driven_engine_carries_traffic_again_after_its_interface_is_created_again() {
+    require_root!();
+    an_engine_carries_traffic_again_after_its_interface_is_created_again(Mode::Event, "e");
+}
+
+#[test]
+fn a_busy_polling_engine_carries_traffic_again_after_its_interface_is_created_again() {
+    require_root!();
+    an_engine_carries_traffic_again_after_its_interface_is_created_again(Mode::Busy, "b");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 //! In event mode the loop sleeps in `epoll` on the ports' descriptors, a `timerfd` armed
 //! (absolute, `CLOCK_MONOTONIC`) at the datapath's next release, the engine's `eventfd` (the
 //! control plane and the supervisor write to it) and, on the main thread, the `signalfd`. An
-//! idle engine makes no system call until something arrives. While a port must not be read
+//! idle engine makes no system call until something arrives (while a port's interface is
+//! lost, the timer wakes it to look for the interface). While a port must not be read
 //! (its link pushes back, or no buffer is free) its descriptor leaves the epoll set, so a full
 //! engine waits for releases instead of spinning. In busy mode the loop polls without sleeping
 //! and looks at signals, requests and the stop flag every [`BUSY_CHECK_EVERY`] rounds.
@@ -210,6 +211,10 @@ impl Engine {
             }
             self.check_ports()?;
             for (p, watched) in watching.iter_mut().enumerate() {
+                if self.datapath.take_reopened(p) {
+                    // Its old descriptor is closed, which took it out of the epoll set.
+                    *watched = false;
+                }
                 let want = self.datapath.wants_read(p);
                 if want != *watched {
                     // SAFETY: the descriptor is owned by port `p` of the datapath, which
