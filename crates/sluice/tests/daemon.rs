@@ -1,11 +1,13 @@
 //! `sluice run` end to end, as root, on real namespaces and taps: traffic passes, a rate limit
 //! holds, strict priority holds under contention, malformed frames are counted while traffic
 //! keeps flowing, SIGTERM takes everything down, daemons never collide on names, bad input is
-//! refused with nothing left behind, and the control socket and metrics endpoint answer.
+//! refused with nothing left behind, the control socket and metrics endpoint answer, and
+//! `af_packet` ports forward again after their interface is deleted and created again.
 //!
 //! Every test builds the same small lab (see `daemon_lab`): two namespaces the daemon creates,
 //! a tap in each (`a` at 10.77.0.1/24, `b` at 10.77.0.2/24), link `a -> b` scheduled by the
-//! test's policy and `b -> a` FIFO. Names carry the test process's pid and the test's tag.
+//! test's policy and `b -> a` FIFO (the `af_packet` tests make namespaces and veths of their
+//! own, the daemon running in one). Names carry the test process's pid and the test's tag.
 //! Tests skip (printing `skipped: ...`) when not run as root or when a tool is missing.
 //!
 //! The tests that measure rates run alone (no other test of this file runs meanwhile) and
@@ -794,6 +796,118 @@ fn a_tap_deleted_under_the_daemon_stops_it_with_an_error_and_a_clean_slate() {
         "a failed read is not logged in a loop:\n{log}"
     );
     assert_nothing_left("after its tap was deleted", pid, &[&a, &b], &ctl);
+}
+
+/// The index of interface `ifname` in namespace `ns` (the number `ip -o link show` starts
+/// its line with).
+fn ifindex(ns: &str, ifname: &str) -> u32 {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", "dev", ifname])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split(':')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no index for {ifname} in {ns}: {text}"))
+}
+
+/// Run `ip ARGS`, which must succeed.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The veth pair `b` (in `t`) | `a` (in `n`, at `addr`/24), both up.
+fn veth_pair(t: &str, b: &str, n: &str, a: &str, addr: &str) {
+    ip(&[
+        "-n", t, "link", "add", b, "type", "veth", "peer", "name", a, "netns", n,
+    ]);
+    ip(&["-n", n, "addr", "add", &format!("{addr}/24"), "dev", a]);
+    ip(&["-n", n, "link", "set", a, "up"]);
+    ip(&["-n", t, "link", "set", b, "up"]);
+}
+
+/// X -- xa|xb -- [T: `sluice run`, af_packet ports `x` on xb and `y` on yb] -- yb|ya -- Y.
+/// The pair yb|ya is deleted under the running daemon and created again (yb at a new index):
+/// each engine logs the outage once, counts the datagrams it cannot send toward Y as
+/// `tx_error`, logs "interface `yb` back, re-bound to index N", and pings cross again. yb set
+/// down and up is a second outage, logged again, and traffic crosses after it. With two
+/// engines, their sockets in a fanout group are re-created. Before, port `y` stayed bound to
+/// the deleted interface until the daemon was restarted, and only the first outage was logged.
+#[test]
+fn af_packet_ports_forward_again_after_their_interface_is_created_again() {
+    for engines in [1, 2] {
+        let Some(mut lab) = Lab::new(&format!("veth{engines}"), false, &[]) else {
+            return;
+        };
+        let (t, x, y) = (lab.ns("t"), lab.ns("x"), lab.ns("y"));
+        for n in [&t, &x, &y] {
+            ip(&["netns", "add", n]);
+        }
+        veth_pair(&t, "xb", &x, "xa", ADDR_A);
+        veth_pair(&t, "yb", &y, "ya", ADDR_B);
+        let ctl = lab.control(0);
+        let config = format!(
+            "[daemon]\ncontrol = \"{}\"\nengines = {engines}\n\n\
+             [[port]]\nname = \"x\"\nkind = \"af_packet\"\nifname = \"xb\"\n\n\
+             [[port]]\nname = \"y\"\nkind = \"af_packet\"\nifname = \"yb\"\n\n\
+             [[link]]\nfrom = \"x\"\nto = \"y\"\n\n\
+             [[link]]\nfrom = \"y\"\nto = \"x\"\n",
+            ctl.display()
+        );
+        let mut d = lab.start_in(&t, "d.toml", &config, &ctl);
+        assert_ping(&x, ADDR_B);
+        let tx_errors = || d.stats().drops.get("tx_error").copied().unwrap_or(0);
+        let said = |what: &str| d.log().matches(what).count();
+        let lost = "interface `yb` is down or gone";
+
+        // Gone: datagrams toward Y cannot be sent (counted), and each engine says so once.
+        ip(&["-n", &t, "link", "del", "yb"]);
+        let sock = in_netns(&x, || std::net::UdpSocket::bind((ADDR_A, 0)))
+            .expect("enter X")
+            .expect("bind");
+        wait_for("datagrams toward Y counted as tx_error", || {
+            sock.send_to(b"lost", (ADDR_B, 9)).expect("send");
+            tx_errors() > 0
+        });
+        wait_for("the outage logged", || said(lost) == engines);
+
+        // Created again: bound to the new yb, pings cross again.
+        veth_pair(&t, "yb", &y, "ya", ADDR_B);
+        let index = ifindex(&t, "yb");
+        let rebound = format!("interface `yb` back, re-bound to index {index}");
+        wait_for("the port bound to the new interface", || {
+            said(&rebound) == engines
+        });
+        // X still knows Y's old Ethernet address; the new ya has another.
+        ip(&["-n", &x, "neigh", "flush", "dev", "xa"]);
+        let sent = d.stats().ports[1].tx_frames;
+        assert_ping(&x, ADDR_B);
+        assert!(d.stats().ports[1].tx_frames > sent, "{:?}", d.stats().ports);
+
+        // Down and up: a second outage, logged again; traffic after it.
+        ip(&["-n", &t, "link", "set", "yb", "down"]);
+        wait_for("the second outage logged", || said(lost) == 2 * engines);
+        ip(&["-n", &t, "link", "set", "yb", "up"]);
+        wait_for("the interface up again", || {
+            said(&format!("interface `yb` back, up again at index {index}")) == engines
+        });
+        assert_ping(&x, ADDR_B);
+        let log = d.log();
+        assert_eq!(said(lost), 2 * engines, "each outage logged once:\n{log}");
+        assert_eq!(said(&rebound), engines, "{log}");
+        let status = d.stop().expect("the daemon exits on SIGTERM");
+        assert!(status.success(), "exit status {status}:\n{log}");
+        for n in [&t, &x, &y] {
+            ip(&["netns", "del", n]);
+        }
+    }
 }
 
 /// Two daemons with default interface names and their own namespaces run at once and both

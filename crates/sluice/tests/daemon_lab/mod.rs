@@ -202,11 +202,30 @@ impl Lab {
             .unwrap_or_else(|log| panic!("the daemon exited before it was ready:\n{log}"))
     }
 
+    /// [`Lab::start`], the daemon running in namespace `ns` (`ip netns exec`), where its
+    /// `af_packet` ports' interfaces are.
+    pub fn start_in(&self, ns: &str, name: &str, text: &str, control: &Path) -> Daemon {
+        self.try_start_under(&["ip", "netns", "exec", ns], name, text, control)
+            .unwrap_or_else(|log| panic!("the daemon exited before it was ready:\n{log}"))
+    }
+
     /// [`Lab::start`], but a daemon that exits before it is ready is an `Err` with its log.
     pub fn try_start(&self, name: &str, text: &str, control: &Path) -> Result<Daemon, String> {
+        self.try_start_under(&[], name, text, control)
+    }
+
+    /// [`Lab::try_start`], the daemon started by `wrapper` (a program that execs its
+    /// arguments, so that the pid is the daemon's).
+    fn try_start_under(
+        &self,
+        wrapper: &[&str],
+        name: &str,
+        text: &str,
+        control: &Path,
+    ) -> Result<Daemon, String> {
         let config = self.write(name, text);
         let log = self.dir.join(format!("{name}.log"));
-        let child = spawn_daemon(&config, &log, &[]);
+        let child = spawn_daemon(&config, &log, wrapper);
         let mut d = Daemon {
             child: Some(child),
             control: control.to_path_buf(),
