@@ -1037,22 +1037,59 @@ fn af_packet_fanout_sockets_are_made_again_for_their_interface_created_again() {
     }
     assert!(ports.iter().zip(&fds).all(|(p, fd)| p.fd() != *fd));
     assert_eq!(promiscuity(&n, &v0), 2, "each socket asked again");
+    each_frame_read_once_by_the_group(&mut ports, &n, &v1);
 
-    // Every frame is read once, by one socket of the group.
-    let mut sender = in_netns(&n, || AfPacket::open(&v1))
+    // Deleted and created again at the same index: the group the sockets are in is tied to
+    // the old interface and refused, and they meet in the next one.
+    netns::ip(&["-n", &n, "link", "del", &v0]).expect("delete");
+    let index = second.to_string();
+    netns::ip(&[
+        "-n", &n, "link", "add", &v0, "index", &index, "type", "veth", "peer", "name", &v1,
+    ])
+    .expect("veth at the same index");
+    for v in [&v0, &v1] {
+        netns::ip(&["-n", &n, "link", "set", "dev", v, "up"]).expect("up");
+    }
+    for port in &mut ports {
+        assert!(port.take_error().expect("SO_ERROR").is_some());
+        assert!(matches!(tend(port, &mut t), Some(PortEvent::Lost(_))));
+        while port.recv(&mut buf).expect("recv").is_some() {}
+    }
+    for port in &mut ports {
+        assert_eq!(
+            tend(port, &mut t),
+            Some(PortEvent::Back {
+                ifindex: second,
+                rebound: true,
+                reopened: true
+            })
+        );
+    }
+    each_frame_read_once_by_the_group(&mut ports, &n, &v1);
+
+    drop((ports, sender));
+    setup.teardown().expect("teardown");
+    assert!(!netns_exists(&n));
+}
+
+/// Frames of 64 flows sent into `v1` (in namespace `n`) are each read once by `ports`, the
+/// sockets of one fanout group on the other end, and every socket gets some.
+fn each_frame_read_once_by_the_group(ports: &mut [AfPacket], n: &str, v1: &str) {
+    let mut buf = vec![0u8; BUF_SIZE];
+    let mut sender = in_netns(n, || AfPacket::open(v1))
         .expect("enter")
         .expect("open");
-    for p in &mut ports {
+    for p in ports.iter_mut() {
         while p.recv(&mut buf).expect("recv").is_some() {}
     }
     const FRAMES: u8 = 64;
+    let (src, dst) = (Ipv4Addr::new(10, 85, 0, 1), Ipv4Addr::new(10, 85, 0, 2));
     for i in 0..FRAMES {
-        // One flow each (the group fans out by flow hash): the tag is the source MAC's end.
-        let mut f = tagged(9);
-        f[VNET_HDR_LEN + 11] = i;
-        send(&mut sender, &f);
+        // One flow each (the group fans out by flow hash), the payload its number.
+        let udp = ipv4_udp(src, dst, 5000 + u16::from(i), 7000, &[i]);
+        send(&mut sender, &eth(BROADCAST, FAKE_MAC, ETH_IPV4, &udp));
     }
-    let mut seen = vec![Vec::new(); 2];
+    let mut seen = vec![Vec::new(); ports.len()];
     let deadline = Instant::now() + WAIT;
     while seen.iter().map(Vec::len).sum::<usize>() < usize::from(FRAMES) {
         assert!(Instant::now() < deadline, "frames missing: {seen:?}");
@@ -1060,8 +1097,8 @@ fn af_packet_fanout_sockets_are_made_again_for_their_interface_created_again() {
         for (p, port) in ports.iter_mut().enumerate() {
             if let Some(len) = port.recv(&mut buf).expect("recv") {
                 idle = false;
-                if is_tagged(9)(&buf[..len]) {
-                    seen[p].push(src_mac(&buf[..len]).expect("mac")[5]);
+                if let Some((_, 7000, payload)) = udp(&buf[..len]) {
+                    seen[p].extend(payload);
                 }
             }
         }
@@ -1073,10 +1110,7 @@ fn af_packet_fanout_sockets_are_made_again_for_their_interface_created_again() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), usize::from(FRAMES), "each read once: {seen:?}");
-
-    drop((ports, sender));
-    setup.teardown().expect("teardown");
-    assert!(!netns_exists(&n));
+    assert!(seen.iter().all(|s| !s.is_empty()), "all in use: {seen:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@
 //! deleted interface's memberships); the ring, its options and its unread frames stay. A socket
 //! in a fanout group cannot be bound again: it is re-created, with a ring of the same geometry
 //! and the same options, in the namespace the port was opened in, once its old ring holds
-//! nothing to read, on a new descriptor, in a group of the new interface (`regroup` says
+//! nothing to read, on a new descriptor, in a group of the new interface (`regroups` says
 //! which).
 //!
 //! `unsafe` is confined to: the system calls (socket, setsockopt, getsockopt, getsockname,
@@ -897,25 +897,44 @@ fn look_up(fd: RawFd, ifname: &str) -> Option<(u32, bool)> {
     Some((index, flags & libc::IFF_UP as i16 != 0))
 }
 
-/// The fanout group a port joins after its socket is re-created on interface `ifindex`. Not
-/// group `id` itself: the old sockets of other engines still hold that group, tied to the
-/// interface that is gone, and the kernel refuses to join it on another one. `id` changes in
-/// its low 12 bits only, never to itself, so it meets no group the daemon gives its other
-/// ports (which differ in the top 4 bits); every engine's socket on one interface computes
-/// the same group.
-fn regroup(id: u16, ifindex: u32) -> u16 {
-    id ^ (1 + (ifindex % 4095) as u16)
+/// How many fanout groups a re-created socket tries ([`regroups`]).
+const REGROUPS: u32 = 8;
+
+/// The fanout groups a port's socket, re-created on interface `ifindex`, tries to join, in
+/// order: the first the kernel accepts ([`join_fanout`]). Not group `id`: the old sockets of
+/// engines that have not re-created theirs yet still hold it, tied to the interface that is
+/// gone, and the kernel refuses to join a group on another interface. Nor, when it is refused,
+/// the first candidate: an earlier re-creation on an interface of the same index (made with
+/// `ip link add ... index N`) holds it the same way. Every engine tries the same candidates in
+/// the same order, and a group stays held until the last engine has left it, so all of them
+/// meet in one group. Only the low 12 bits of `id` change, never to `id` itself: no candidate
+/// is a group the daemon gives another port (those differ in the top 4 bits).
+fn regroups(id: u16, ifindex: u32) -> Vec<u16> {
+    (0..REGROUPS)
+        .map(|k| id ^ (1 + ((ifindex % 4095 + k) % 4095) as u16))
+        .collect()
+}
+
+/// Join the first of fanout groups `groups` that the kernel accepts (none given: join none).
+/// A group of that id tied to another interface is refused with `EINVAL`: the next is tried.
+fn join_fanout(fd: RawFd, groups: &[u16]) -> io::Result<()> {
+    let mut refused = None;
+    for &group in groups {
+        let arg: libc::c_int =
+            libc::c_int::from(group) | (libc::PACKET_FANOUT_HASH << 16) as libc::c_int;
+        match setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => refused = Some(e),
+            joined => return joined,
+        }
+    }
+    refused.map_or(Ok(()), Err)
 }
 
 impl Socket {
     /// A packet socket on interface `ifindex` (named `ifname`, for messages) with `config`'s
-    /// ring, in fanout group `group`. See the module documentation.
-    fn open(
-        ifname: &str,
-        ifindex: u32,
-        config: &RingConfig,
-        group: Option<u16>,
-    ) -> io::Result<Socket> {
+    /// ring, in the first fanout group of `groups` that it can join (none given: in none).
+    /// See the module documentation.
+    fn open(ifname: &str, ifindex: u32, config: &RingConfig, groups: &[u16]) -> io::Result<Socket> {
         let fail = |what: &str, e: io::Error| {
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => " (need CAP_NET_RAW)",
@@ -976,12 +995,7 @@ impl Socket {
                 .map_err(|e| fail("promiscuous mode", e))?;
         }
         bind_to(s, ifindex).map_err(|e| fail("bind", e))?;
-        if let Some(group) = group {
-            let arg: libc::c_int =
-                libc::c_int::from(group) | (libc::PACKET_FANOUT_HASH << 16) as libc::c_int;
-            setsockopt(s, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
-                .map_err(|e| fail("PACKET_FANOUT", e))?;
-        }
+        join_fanout(s, groups).map_err(|e| fail("PACKET_FANOUT", e))?;
         Ok(Socket {
             ring,
             fd,
@@ -1006,7 +1020,7 @@ impl AfPacket {
                 format!("cannot open AF_PACKET port on `{ifname}`: ring configuration: {m}"),
             )
         })?;
-        let sock = Socket::open(ifname, ifindex, &config, config.fanout)?;
+        let sock = Socket::open(ifname, ifindex, &config, config.fanout.as_slice())?;
         // Without /proc a fanout port is re-created in the namespace of the thread that
         // tends it: the daemon's engines all run in the namespace its ports are opened in.
         let netns = config.fanout.and_then(|_| netns::current_netns().ok());
@@ -1057,7 +1071,7 @@ impl AfPacket {
     /// Attach the port to interface `ifindex`, its interface's new index. A plain socket is
     /// bound again in place: its ring, options and frames not read yet stay. A fanout socket
     /// cannot be (the kernel refuses to bind a socket in a group), so it is re-created in the
-    /// namespace it was opened in and joins a group of the new interface ([`regroup`]); this
+    /// namespace it was opened in and joins a group of the new interface ([`regroups`]); this
     /// waits while the old ring still holds frames to read. `Ok(None)`: not yet; `Ok(Some(
     /// reopened))`: attached, on a new descriptor if `reopened`.
     fn attach(&mut self, ifindex: u32) -> io::Result<Option<bool>> {
@@ -1069,7 +1083,8 @@ impl AfPacket {
             return Ok(None);
         }
         let (ifname, config) = (self.ifname.as_str(), &self.config);
-        let open = || Socket::open(ifname, ifindex, config, Some(regroup(group, ifindex)));
+        let groups = regroups(group, ifindex);
+        let open = || Socket::open(ifname, ifindex, config, &groups);
         let sock = match &self.netns {
             Some(ns) if !netns::is_current_netns(ns)? => netns::in_netns_of(ns, open)??,
             _ => open()?,
@@ -1696,19 +1711,22 @@ mod tests {
     }
 
     #[test]
-    fn a_fanout_group_made_again_meets_no_other_group_of_the_daemon() {
+    fn fanout_groups_made_again_meet_no_other_group_of_the_daemon() {
         for id in [0u16, 0x1234, 0xffff, 0x3000] {
             for ifindex in [1u32, 2, 4094, 4095, 4096, 70_000, u32::MAX] {
-                let g = regroup(id, ifindex);
-                assert_ne!(g, id, "not the group the old sockets still hold");
-                assert_eq!(g & 0xf000, id & 0xf000, "not another port's group");
-                assert_eq!(
-                    g,
-                    regroup(id, ifindex),
-                    "every engine's socket joins one group"
-                );
+                let groups = regroups(id, ifindex);
+                assert_eq!(groups.len(), REGROUPS as usize);
+                assert_eq!(groups, regroups(id, ifindex), "every engine tries the same");
+                let mut distinct = groups.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct.len(), groups.len(), "{groups:?}");
+                for g in groups {
+                    assert_ne!(g, id, "not the group the old sockets still hold");
+                    assert_eq!(g & 0xf000, id & 0xf000, "not another port's group");
+                }
             }
-            assert_ne!(regroup(id, 5), regroup(id, 6));
+            assert_ne!(regroups(id, 5)[0], regroups(id, 6)[0]);
         }
     }
 
