@@ -304,6 +304,20 @@ fn tcp_transfer(client_ns: &str, server_ns: &str, server_ip: Ipv4Addr, bytes: us
 // ---------------------------------------------------------------------------------------------
 // Taps
 
+/// Whether interface `ifname` (in namespace `netns`) is gone, or goes within [`WAIT`]. A tap
+/// vanishes when the last copy of its descriptor is closed, and a process that another test
+/// spawns holds a copy of every descriptor from its fork until its exec closes them.
+fn vanishes(netns: Option<&str>, ifname: &str) -> bool {
+    let deadline = Instant::now() + WAIT;
+    while interface_exists(netns, ifname).expect("ip") {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 #[test]
 fn taps_in_two_namespaces_carry_frames_and_tcp() {
     require_root!();
@@ -399,7 +413,7 @@ fn taps_in_two_namespaces_carry_frames_and_tcp() {
     // Moved back home, still open.
     assert!(interface_exists(None, &ia).expect("ip"));
     drop((a, b));
-    assert!(!interface_exists(None, &ia).expect("ip") && !interface_exists(None, &ib).expect("ip"));
+    assert!(vanishes(None, &ia) && vanishes(None, &ib));
 }
 
 #[test]
@@ -423,7 +437,7 @@ fn tap_names_in_use_are_refused_clearly() {
         "{e}"
     );
     drop(tap);
-    assert!(!interface_exists(None, &name).expect("ip"));
+    assert!(vanishes(None, &name));
 }
 
 /// Per-core engines open one tap queue each: every queue is a working port of one device.
@@ -443,10 +457,7 @@ fn a_multi_queue_tap_has_one_port_per_queue() {
     let single = Tap::create_queues(&ifn("sq"), 1).expect("one queue");
     assert_eq!(single.len(), 1);
     drop(taps);
-    assert!(
-        !interface_exists(None, &name).expect("ip"),
-        "gone with its last queue"
-    );
+    assert!(vanishes(None, &name), "gone with its last queue");
 }
 
 #[test]
@@ -1564,7 +1575,7 @@ fn teardown_moves_interfaces_home_and_skips_vanished_ones() {
     )
     .expect("place again");
     drop(tap);
-    assert!(!interface_exists(Some(&n), &name).expect("ip"));
+    assert!(vanishes(Some(&n), &name));
     s.teardown().expect("teardown after the tap vanished");
     assert!(!netns_exists(&n));
 }
