@@ -872,6 +872,26 @@ fn is_tagged(tag: u8) -> impl Fn(&[u8]) -> bool {
     move |f| ethertype(f) == Some(ETH_TEST) && ether(f).get(14) == Some(&tag)
 }
 
+/// Send a frame tagged `tag` through `from` until `to` reads it (false after [`WAIT`]). Sent
+/// again every 50 ms: just after a veth comes up, its queue is switched on a moment later
+/// (by the kernel's link watch), and a frame sent before is dropped without an error.
+fn crosses(from: &mut AfPacket, to: &mut AfPacket, tag: u8) -> bool {
+    let mut buf = vec![0u8; BUF_SIZE];
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        send(from, &tagged(tag));
+        let again = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < again {
+            match to.recv(&mut buf).expect("recv") {
+                Some(n) if is_tagged(tag)(&buf[..n]) => return true,
+                Some(_) => {}
+                None => thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+    false
+}
+
 /// An AF_PACKET port whose interface is deleted and created again under its name (a new
 /// index): it says the outage once, looks for the interface by name (no more than every
 /// LOOK_AGAIN_NS of the time it is given), binds its socket to the new one, promiscuous again,
@@ -899,8 +919,7 @@ fn af_packet_binds_again_to_its_interface_created_again() {
     let mut t = 1_000_000_000;
     assert_eq!(tend(&mut port, &mut t), None, "all is well");
     assert_eq!((port.ifindex(), promiscuity(&n, &v0)), (first, 1));
-    send(&mut port, &tagged(1));
-    assert!(recv_until(&mut peer, is_tagged(1)).is_some());
+    assert!(crosses(&mut port, &mut peer, 1));
 
     netns::ip(&["-n", &n, "link", "del", &v0]).expect("delete");
     let e = port.send(&tagged(1)).expect_err("no interface");
@@ -934,10 +953,8 @@ fn af_packet_binds_again_to_its_interface_created_again() {
     let mut peer = in_netns(&n, || AfPacket::open_with(&v1, quiet))
         .expect("enter")
         .expect("open");
-    send(&mut port, &tagged(2));
-    assert!(recv_until(&mut peer, is_tagged(2)).is_some(), "sent again");
-    send(&mut peer, &tagged(3));
-    assert!(recv_until(&mut port, is_tagged(3)).is_some(), "read again");
+    assert!(crosses(&mut port, &mut peer, 2), "sent again");
+    assert!(crosses(&mut peer, &mut port, 3), "read again");
 
     // Down: a second outage, said again; up: back on the same socket, nothing bound anew.
     netns::ip(&["-n", &n, "link", "set", "dev", &v0, "down"]).expect("down");
@@ -957,8 +974,7 @@ fn af_packet_binds_again_to_its_interface_created_again() {
             reopened: false
         })
     );
-    send(&mut peer, &tagged(4));
-    assert!(recv_until(&mut port, is_tagged(4)).is_some());
+    assert!(crosses(&mut peer, &mut port, 4));
     assert_eq!(
         port.counters().tx_errors,
         2,
@@ -1090,6 +1106,21 @@ fn each_frame_read_once_by_the_group(ports: &mut [AfPacket], n: &str, v1: &str) 
     let mut sender = in_netns(n, || AfPacket::open(v1))
         .expect("enter")
         .expect("open");
+    // The path is open once a frame crosses it (see `crosses`).
+    let deadline = Instant::now() + WAIT;
+    'open: loop {
+        assert!(Instant::now() < deadline, "no frame reaches the group");
+        send(&mut sender, &tagged(7));
+        thread::sleep(Duration::from_millis(50));
+        for p in ports.iter_mut() {
+            while let Some(len) = p.recv(&mut buf).expect("recv") {
+                if is_tagged(7)(&buf[..len]) {
+                    break 'open;
+                }
+            }
+        }
+    }
+    thread::sleep(Duration::from_millis(50));
     for p in ports.iter_mut() {
         while p.recv(&mut buf).expect("recv").is_some() {}
     }
