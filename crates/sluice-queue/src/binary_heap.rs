@@ -11,6 +11,14 @@
 //! once (O(1)) and its key becomes a tombstone, skipped when it reaches the top. The top is kept
 //! live after every operation (so `peek_min` needs no mutation), and the heap is compacted when
 //! tombstones outnumber live entries. Push and pop are O(log n).
+//!
+//! `requeue` of the top entry (the member a scheduler has just served and re-ranks, pFabric's
+//! two re-ranks per packet and most of hClock's) changes its key in place and sifts it down
+//! once (`BinaryHeap::peek_mut`), as a heap-based scheduler would, keeping its slot and handle;
+//! any other `requeue` is a lazy remove and a push. (Sifting an entry anywhere in place would
+//! need an indexed heap, one that tracks every entry's position through every swap; `std`'s
+//! heap does not, and the re-ranked member is the top on nearly every packet of the report's
+//! cases.)
 
 use crate::error::check_capacity;
 use crate::slab::Slab;
@@ -117,6 +125,37 @@ impl<T: Copy> RankQueue<T> for BinaryHeapQueue<T> {
         Ok(handle)
     }
 
+    /// The top entry in place (see the module note). Its new key is the one a remove and a
+    /// push would give it: `rank`, the next arrival number, and its slot (which the push would
+    /// take back first from the free list). That key is larger than the old one unless `rank`
+    /// is smaller, so it sifts down from the top or stays there, never up. The live keys, and
+    /// so the order of everything after, are the remove and push's; so are `len` and the
+    /// counters (one removal, one push). Only the handle differs: the slot keeps its
+    /// generation, so the handle stays valid and is handed back as it was, as the contract
+    /// allows. When the arrival counter is due for renumbering, the fallback's push does it.
+    fn requeue(&mut self, handle: Handle, rank: Rank, item: T) -> Result<Handle, PushError<T>> {
+        // The handle's own (generation checked) and live: the top is always live, but that
+        // is checked here rather than assumed.
+        let on_top = self.seq < 1 << SEQ_BITS
+            && matches!(self.heap.peek(), Some(&Reverse(k)) if slot_of(k) == handle.index()
+                && matches!(self.slab.get(handle), Some((_, _, s)) if s == seq_of(k)));
+        if on_top {
+            let (seq, slot) = (self.seq, handle.index());
+            self.seq += 1;
+            self.slab.set_at(slot, (rank, item, seq));
+            if let Some(mut top) = self.heap.peek_mut() {
+                // Dropping `top` sifts the new key down to its place.
+                *top = Reverse(key(rank, seq, slot));
+            }
+            self.purge_top();
+            self.stats.removed += 1;
+            self.stats.pushed += 1;
+            return Ok(handle);
+        }
+        let _ = self.remove(handle);
+        self.push(rank, item)
+    }
+
     fn pop_min(&mut self) -> Option<Entry<T>> {
         let Reverse(k) = self.heap.pop()?;
         let (rank, item, _) = self.slab.take_at(slot_of(k))?;
@@ -179,6 +218,119 @@ mod tests {
         assert_eq!((seq_of(k), slot_of(k)), (5, 3));
         assert!(key(7, 5, 9) < key(7, 6, 0));
         assert!(key(7, (1 << SEQ_BITS) - 1, 0) < key(8, 0, 0));
+    }
+
+    /// Pop everything, items in order.
+    fn drain(q: &mut BinaryHeapQueue<u32>) -> Vec<u32> {
+        std::iter::from_fn(|| q.pop_min().map(|e| e.item)).collect()
+    }
+
+    /// The top is live, as every operation leaves it.
+    fn top_is_live(q: &BinaryHeapQueue<u32>) -> bool {
+        q.heap
+            .peek()
+            .is_none_or(|&Reverse(k)| BinaryHeapQueue::is_live(&q.slab, k))
+    }
+
+    #[test]
+    fn requeue_of_the_top_sifts_it_in_place_as_a_remove_and_a_push_would_place_it() {
+        // `twin` is re-ranked by a remove and a push (the trait's default).
+        let mut q = BinaryHeapQueue::new(16).unwrap();
+        let mut twin = BinaryHeapQueue::new(16).unwrap();
+        let mut handles = Vec::new();
+        for (rank, item) in [(5, 0u32), (3, 1), (8, 2), (3, 3), (1, 4)] {
+            handles.push((q.push(rank, item).unwrap(), twin.push(rank, item).unwrap()));
+        }
+        let twin_requeue = |twin: &mut BinaryHeapQueue<u32>, h, rank, item| {
+            let _ = twin.remove(h);
+            twin.push(rank, item).unwrap()
+        };
+        // Item 4 (rank 1) is the top; it sinks behind both items of rank 3 (FIFO: it arrives
+        // after them), and its handle is handed back as it was.
+        let (h4, t4) = handles[4];
+        assert_eq!(q.peek_min().map(|e| e.item), Some(4));
+        assert_eq!(q.requeue(h4, 3, 4), Ok(h4));
+        twin_requeue(&mut twin, t4, 3, 4);
+        assert_eq!(q.rank_of(h4), Some(3));
+        assert_eq!((q.heap.len(), q.tombstones), (5, 0), "no tombstone left");
+        assert_eq!((q.len(), q.stats()), (twin.len(), twin.stats()));
+        // Item 1 is the top now; a smaller rank keeps it there (no sift).
+        let (h1, t1) = handles[1];
+        assert_eq!(q.peek_min().map(|e| e.item), Some(1));
+        assert_eq!(q.requeue(h1, 0, 1), Ok(h1));
+        twin_requeue(&mut twin, t1, 0, 1);
+        assert_eq!(q.peek_min(), Some(Entry { rank: 0, item: 1 }));
+        assert_eq!((q.len(), q.stats()), (twin.len(), twin.stats()));
+        assert!(top_is_live(&q));
+        assert_eq!(drain(&mut q), vec![1, 3, 4, 0, 2]);
+        assert_eq!(drain(&mut twin), vec![1, 3, 4, 0, 2]);
+    }
+
+    #[test]
+    fn requeue_of_the_top_drops_the_tombstones_it_sinks_past() {
+        let mut q = BinaryHeapQueue::new(64).unwrap();
+        let hs: Vec<Handle> = (0..20u32)
+            .map(|i| q.push(u64::from(i), i).unwrap())
+            .collect();
+        // Removed entries just below the top stay in the heap as tombstones.
+        for &h in &hs[1..6] {
+            q.remove(h).unwrap();
+        }
+        assert_eq!(q.tombstones, 5);
+        assert_eq!(q.requeue(hs[0], 100, 0), Ok(hs[0]));
+        // They reached the top as the entry sank, and left: the top is item 6, live.
+        assert_eq!(q.tombstones, 0);
+        assert!(top_is_live(&q));
+        assert_eq!(q.peek_min().map(|e| e.item), Some(6));
+        assert_eq!(q.len(), 15);
+        assert_eq!(drain(&mut q), (6..20).chain([0]).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn requeue_of_another_entry_or_with_a_stale_handle_is_a_remove_and_a_push() {
+        // Not the top: a lazy remove (a tombstone) and a push, with a new handle.
+        let mut q = BinaryHeapQueue::new(8).unwrap();
+        let _a = q.push(1, 10u32).unwrap();
+        let b = q.push(2, 11).unwrap();
+        q.push(3, 12).unwrap();
+        let b2 = q.requeue(b, 0, 11).unwrap();
+        assert_ne!(b2, b);
+        assert_eq!((q.rank_of(b), q.rank_of(b2)), (None, Some(0)));
+        assert_eq!(q.tombstones, 1);
+        assert_eq!(drain(&mut q), vec![11, 10, 12]);
+
+        // A stale handle naming the top's slot (an earlier generation) moves nothing: it is
+        // counted, and its item pushed.
+        let mut q = BinaryHeapQueue::new(8).unwrap();
+        let old = q.push(1, 20u32).unwrap();
+        q.pop_min().unwrap();
+        let top = q.push(5, 21).unwrap();
+        assert_eq!(top.index(), old.index(), "the slot was reused");
+        let pushed = q.requeue(old, 0, 22).unwrap();
+        assert_ne!(pushed, top);
+        assert_eq!(q.stats().stale_handles, 1);
+        assert_eq!(q.rank_of(top), Some(5));
+        assert_eq!(drain(&mut q), vec![22, 21]);
+    }
+
+    #[test]
+    fn requeue_of_the_top_uses_the_last_arrival_number_and_then_leaves_renumbering_to_push() {
+        let mut q = BinaryHeapQueue::new(16).unwrap();
+        q.seq = (1 << SEQ_BITS) - 4;
+        let h0 = q.push(0, 0u32).unwrap();
+        let h1 = q.push(1, 1).unwrap();
+        q.push(1, 2).unwrap();
+        assert_eq!(q.seq, (1 << SEQ_BITS) - 1);
+        // In place, with the last arrival number the key can hold.
+        assert_eq!(q.requeue(h0, 1, 0), Ok(h0));
+        assert_eq!(q.seq, 1 << SEQ_BITS);
+        // The counter is spent: item 1, now the top, moves by a remove and a push, which
+        // renumbers the queued entries in order first.
+        assert_eq!(q.peek_min().map(|e| e.item), Some(1));
+        let h1b = q.requeue(h1, 1, 1).unwrap();
+        assert_ne!(h1b, h1);
+        assert!(q.seq < 10, "renumbered");
+        assert_eq!(drain(&mut q), vec![2, 0, 1]);
     }
 
     #[test]
