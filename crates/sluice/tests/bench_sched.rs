@@ -59,17 +59,26 @@ fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
     }
 
     // The CSV counts the packets each implementation sent: the same for both, and at least
-    // the warm-up (2 per flow) plus every timed round.
+    // the warm-up (2 per flow) plus every timed round; and gives the checksum of what each
+    // sent, 16 hex digits.
     let csv = std::fs::read_to_string(dir.join("bench-sched.csv")).unwrap();
     let mut rows = csv.lines();
     assert_eq!(
         rows.next(),
-        Some("case,impl,flows,ns_per_packet,speedup_vs_baseline,packets")
+        Some("case,impl,flows,ns_per_packet,speedup_vs_baseline,packets,checksum")
     );
     let mut packets: HashMap<(String, String), Vec<u64>> = HashMap::new();
+    let mut sums: HashMap<(String, String), Vec<String>> = HashMap::new();
     for row in rows {
         let f: Vec<&str> = row.split(',').collect();
-        assert_eq!(f.len(), 6, "{row}");
+        assert_eq!(f.len(), 7, "{row}");
+        assert!(
+            f[6].len() == 16 && u64::from_str_radix(f[6], 16).is_ok(),
+            "{row}"
+        );
+        sums.entry((f[0].into(), f[2].into()))
+            .or_default()
+            .push(f[6].into());
         let flows: u64 = f[2].parse().unwrap();
         let sent: u64 = f[5].parse().unwrap();
         assert!(sent >= 2 * flows + 2 * 2000, "{row}");
@@ -88,6 +97,13 @@ fn bench_sched_json_lines_have_the_exact_shape_and_every_case_and_impl() {
             sent[0], sent[1],
             "both implementations sent the same: {cell:?}"
         );
+    }
+    // Over runs this short, hclock and pfabric send the same packets in the same order on
+    // the heaps as on Sluice's queues.
+    for ((case, flows), sum) in &sums {
+        if case == "hclock" || case == "pfabric" {
+            assert_eq!(sum[0], sum[1], "{case} at {flows} flows");
+        }
     }
     let svg = std::fs::read_to_string(dir.join("bench-sched.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("fq_pacing"));
@@ -113,6 +129,15 @@ fn bench_sched_tables_have_a_speedup_column_per_case() {
     ]);
     assert!(stdout.contains("pfabric flows") && stdout.contains("fq_pacing flows"));
     assert!(stdout.contains("baseline (Linux fq port)") && stdout.contains("speedup"));
+    // Whether the two sides sent alike: said for pfabric (alike, over a run this short), not
+    // for the fq port, another scheduler.
+    assert_eq!(stdout.matches("in the same order").count(), 1, "{stdout}");
+    assert!(
+        stdout.contains(
+            "the same packets in the same order on both sides (equal checksums) at every flow count"
+        ),
+        "{stdout}"
+    );
     assert!(!stdout.contains("hclock"));
     // The machine's speed just before, to compare runs by.
     assert!(

@@ -23,8 +23,20 @@
 //!   790 ns per block of N packets, Sluice 80 to 106 ns). Timings of `2 N` quoted whichever
 //!   half of the wave the rounds' median fell on.
 //!
-//! A cell is the median of its rounds. Afterwards both must have sent the same number of
-//! packets, rejected none and still hold two packets of every flow; otherwise the run fails.
+//! A cell is the median of its rounds. Afterwards each implementation must have rejected
+//! nothing, been counted by its scheduler for every packet the loop took, clamped no release
+//! into the shaper's horizon and still hold two packets of every flow, and both must have sent
+//! the same number of packets; otherwise the run fails. Those checks say that each side ran
+//! the loop, not that the two did the same work: both send the same numbers of packets by
+//! construction. What they sent is compared by the loop's checksum over every packet (its
+//! token and arrival time), summed over the cell's runs: equal sums mean, barring a
+//! coincidence, that the same packets left in the same order, at the same times. The report
+//! says, for each case on Sluice's tree and each flow count, whether the two sums were equal.
+//! They need not be: the heaps order exact ranks and times, Sluice's bucketed queues and
+//! wheel order those that share a bucket by arrival (pFabric's remaining sizes from 2 MiB up,
+//! within 0.1%), so the two orders part once such ranks meet at the front (in the default
+//! runs pfabric's do at 1e2 to 1e4 flows, eiffel_fig47's at every count, hclock's at none;
+//! docs/benchmarks.md). The fq port is another scheduler; its order is not compared.
 
 use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
 use super::machine;
@@ -87,6 +99,8 @@ struct Cell {
     ns_per_packet: f64,
     /// Packets this implementation sent in the cell (warm-up included).
     packets: u64,
+    /// The sum of the loop's checksums over all of the cell's runs (see the module note).
+    checksum: u64,
 }
 
 /// One implementation at one flow count, and its timings so far.
@@ -95,45 +109,67 @@ struct Timed {
     imp: Impl,
     run: CaseLoop,
     ns_per_packet: Vec<f64>,
+    /// The sum of the checksums of its runs so far, warm-ups included.
+    checksum: u64,
+}
+
+/// What [`measure_case`] found for one implementation at one flow count.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    /// The median of its timings.
+    ns_per_packet: f64,
+    /// Packets sent, warm-ups included.
+    sent: u64,
+    /// The sum of its runs' checksums.
+    checksum: u64,
+}
+
+/// Whether the report compares the order in which the two sides of `case` sent their packets:
+/// for the cases on Sluice's tree, whose baseline is the same tree on binary heaps, not for
+/// the Linux fq port, another scheduler.
+fn order_compared(case: Case) -> bool {
+    !matches!(case, Case::FqPacing)
 }
 
 /// Time both implementations of `case` at every flow count in `flow_counts`, all round-robin:
 /// each of the `repeats` rounds times every (flow count, implementation) once, so that a
 /// slow spell of the shared machine lands in one round of every cell, where the medians drop
 /// it, and not in every round of one cell (Sluice's growth from 1e3 to 1e6 flows compares two
-/// cells). Calls `on_timing` after each timing. Returns, per flow count, ns per packet and
-/// packets sent per implementation, in [`Impl::ALL`] order.
+/// cells). Calls `on_timing` after each timing. Returns, per flow count, what it measured of
+/// each implementation, in [`Impl::ALL`] order.
 fn measure_case(
     case: Case,
     flow_counts: &[usize],
     packets: u64,
     repeats: usize,
     on_timing: &dyn Fn(),
-) -> anyhow::Result<Vec<Vec<(f64, u64)>>> {
+) -> anyhow::Result<Vec<Vec<Measured>>> {
     let mut all = Vec::new();
     for &flows in flow_counts {
         for imp in Impl::ALL {
             let mut run = CaseLoop::new(case, imp, flows).with_context(|| {
                 format!("building {} {} for {flows} flows", case.name(), imp.name())
             })?;
-            black_box(run.run(2 * flows as u64));
+            let checksum = black_box(run.run(2 * flows as u64));
             let ns_per_packet = Vec::with_capacity(repeats);
             all.push(Timed {
                 flows,
                 imp,
                 run,
                 ns_per_packet,
+                checksum,
             });
         }
     }
     for _ in 0..repeats {
         for t in &mut all {
             let packets = packets.max(MIN_PACKETS_PER_FLOW * t.flows as u64);
-            black_box(t.run.run(packets / 10));
+            let warm = black_box(t.run.run(packets / 10));
             let start = Instant::now();
-            black_box(t.run.run(packets));
+            let timed = black_box(t.run.run(packets));
             t.ns_per_packet
                 .push(start.elapsed().as_nanos() as f64 / packets as f64);
+            t.checksum = t.checksum.wrapping_add(warm).wrapping_add(timed);
             on_timing();
         }
     }
@@ -153,8 +189,11 @@ fn measure_case(
         }
         out.push(
             cell.iter_mut()
-                .map(|t| median(std::mem::take(&mut t.ns_per_packet)))
-                .zip(sent)
+                .map(|t| Measured {
+                    ns_per_packet: median(std::mem::take(&mut t.ns_per_packet)),
+                    sent: t.run.sent(),
+                    checksum: t.checksum,
+                })
                 .collect(),
         );
     }
@@ -193,14 +232,14 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
         pb.set_message(case.name());
         let results = measure_case(case, &flow_counts, packets, args.repeats, &|| pb.inc(1))?;
         for (&flows, cell) in flow_counts.iter().zip(results) {
-            for (&imp, (ns_per_packet, sent)) in Impl::ALL.iter().zip(cell) {
+            for (&imp, m) in Impl::ALL.iter().zip(cell) {
                 if args.json {
                     let line = JsonLine {
                         bench: "sched",
                         case: case.name(),
                         imp: imp.name(),
                         flows,
-                        ns_per_packet: report::one_decimal(ns_per_packet),
+                        ns_per_packet: report::one_decimal(m.ns_per_packet),
                     };
                     let text = serde_json::to_string(&line).context("encoding a JSON line")?;
                     pb.suspend(|| println!("{text}"));
@@ -209,8 +248,9 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
                     case,
                     imp,
                     flows,
-                    ns_per_packet,
-                    packets: sent,
+                    ns_per_packet: m.ns_per_packet,
+                    packets: m.sent,
+                    checksum: m.checksum,
                 });
             }
         }
@@ -261,6 +301,19 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
                 t.row(vec![fmt_n(flows), cell(s), cell(b), speedup]);
             }
             println!("{}", t.render());
+            if order_compared(case) {
+                let sum = |imp, flows| {
+                    cells
+                        .iter()
+                        .find(|c| c.case == case && c.imp == imp && c.flows == flows)
+                        .map(|c| c.checksum)
+                };
+                let same: Vec<bool> = flow_counts
+                    .iter()
+                    .map(|&n| sum(Impl::Sluice, n) == sum(Impl::Baseline, n))
+                    .collect();
+                println!("{}\n", order_line(&flow_counts, &same));
+            }
         }
         let lines = target_lines(&cases, ns);
         if !lines.is_empty() {
@@ -283,6 +336,7 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
                 format!("{:.2}", c.ns_per_packet),
                 speedup,
                 c.packets.to_string(),
+                format!("{:016x}", c.checksum),
             ]
         })
         .collect();
@@ -296,6 +350,7 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
             "ns_per_packet",
             "speedup_vs_baseline",
             "packets",
+            "checksum",
         ],
         &rows,
     )?;
@@ -320,6 +375,27 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
     report::plot_loglog(&svg, &panels, "flows (N)", "ns per packet")?;
     eprintln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
+}
+
+/// Where the two sides of a case sent the same packets in the same order (`same[i]` for
+/// `flow_counts[i]`: their checksums were equal), and where not.
+fn order_line(flow_counts: &[usize], same: &[bool]) -> String {
+    let list = |want: bool| {
+        let v: Vec<String> = flow_counts
+            .iter()
+            .zip(same)
+            .filter(|&(_, &s)| s == want)
+            .map(|(&n, _)| fmt_n(n))
+            .collect();
+        v.join(", ")
+    };
+    let (yes, no) = (list(true), list(false));
+    let same = "the same packets in the same order on both sides (equal checksums)";
+    match (yes.is_empty(), no.is_empty()) {
+        (false, true) => format!("{same} at every flow count"),
+        (false, false) => format!("{same} at {yes} flows; in another order at {no}"),
+        (true, _) => "the two sides sent their packets in different orders (unequal checksums) at every flow count".into(),
+    }
 }
 
 /// The speedup each case must reach at [`TARGET_FLOWS`] flows, if it has a target.
@@ -506,6 +582,52 @@ mod target_tests {
             judged("growth", hair, 2.0, false),
             "growth 2.01x (at most 2x: missed)"
         );
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    #[test]
+    fn a_cells_checksum_sums_every_run_and_tells_where_the_two_sides_sent_alike() {
+        // Over a short run hclock and pfabric send the same packets in the same order on
+        // their heaps as on Sluice's queues; the Fig. 4.7 tree's leaves (cFFS) order packets
+        // within a bucket by arrival, and the two part at once.
+        for (case, same) in [
+            (Case::HClock, true),
+            (Case::Pfabric, true),
+            (Case::EiffelFig47, false),
+        ] {
+            let cells = measure_case(case, &[300], 2000, 2, &|| {}).unwrap();
+            let [sluice, heaps] = cells[0][..] else {
+                panic!("two implementations");
+            };
+            assert_eq!(sluice.sent, heaps.sent, "{case:?}");
+            assert_eq!(sluice.checksum == heaps.checksum, same, "{case:?}");
+            // The sum of all of the cell's runs: warm-up, then per round 200 untimed packets
+            // and 2000 timed (at least four per flow).
+            let mut l = CaseLoop::new(case, Impl::Baseline, 300).unwrap();
+            let sum = [600, 200, 2000, 200, 2000]
+                .iter()
+                .fold(0u64, |acc, &n| acc.wrapping_add(l.run(n)));
+            assert_eq!(heaps.checksum, sum, "{case:?}");
+            assert_eq!(heaps.sent, 5000, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn the_order_line_names_the_flow_counts_of_each_kind() {
+        let n = [100, 1_000, 1_000_000];
+        assert_eq!(
+            order_line(&n, &[true; 3]),
+            "the same packets in the same order on both sides (equal checksums) at every flow count"
+        );
+        assert_eq!(
+            order_line(&n, &[false, true, true]),
+            "the same packets in the same order on both sides (equal checksums) at 1e3, 1e6 flows; in another order at 100"
+        );
+        assert!(order_line(&n, &[false; 3]).contains("different orders"));
     }
 }
 
