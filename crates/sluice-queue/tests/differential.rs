@@ -361,12 +361,17 @@ fn params() -> impl Strategy<Value = (usize, u64, usize, bool, u64)> {
     )
 }
 
+/// A differential test of queue `$kind` against the oracle, `$cases` cases of ops from `$ops`
+/// (default: [`op`], 256 cases).
 macro_rules! differential {
     ($name:ident, $kind:expr) => {
+        differential!($name, $kind, op, 256);
+    };
+    ($name:ident, $kind:expr, $ops:ident, $cases:expr) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: $cases, ..ProptestConfig::default() })]
             #[test]
-            fn $name((buckets, g, cap, reject, start) in params(), ops in prop::collection::vec(op(), 1..400)) {
+            fn $name((buckets, g, cap, reject, start) in params(), ops in prop::collection::vec($ops(), 1..400)) {
                 let overflow = if reject { Overflow::Reject } else { Overflow::Clamp };
                 let c = case($kind, buckets, g, cap, overflow, start);
                 run(&c, start, &ops)?;
@@ -385,30 +390,56 @@ differential!(btree_matches_oracle, QueueKind::BTree);
 differential!(bucket_heap_matches_oracle, QueueKind::BucketHeap);
 differential!(skiplist_matches_oracle, QueueKind::SkipList);
 
-/// Every queue again, re-ranking the first item often (the ops of [`op_serving`]).
-macro_rules! serving_differential {
-    ($name:ident, $kind:expr) => {
-        proptest! {
-            #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
-            #[test]
-            fn $name((buckets, g, cap, reject, start) in params(), ops in prop::collection::vec(op_serving(), 1..400)) {
-                let overflow = if reject { Overflow::Reject } else { Overflow::Clamp };
-                let c = case($kind, buckets, g, cap, overflow, start);
-                run(&c, start, &ops)?;
-            }
-        }
-    };
-}
-
-serving_differential!(binary_heap_serving_matches_oracle, QueueKind::BinaryHeap);
-serving_differential!(timing_wheel_serving_matches_oracle, QueueKind::TimingWheel);
-serving_differential!(ffs_serving_matches_oracle, QueueKind::Ffs);
-serving_differential!(hffs_serving_matches_oracle, QueueKind::HierFfs);
-serving_differential!(cffs_serving_matches_oracle, QueueKind::Cffs);
-serving_differential!(gradient_serving_matches_oracle, QueueKind::Gradient);
-serving_differential!(btree_serving_matches_oracle, QueueKind::BTree);
-serving_differential!(bucket_heap_serving_matches_oracle, QueueKind::BucketHeap);
-serving_differential!(skiplist_serving_matches_oracle, QueueKind::SkipList);
+// Every queue again, re-ranking the first item often (the ops of [`op_serving`]).
+differential!(
+    binary_heap_serving_matches_oracle,
+    QueueKind::BinaryHeap,
+    op_serving,
+    128
+);
+differential!(
+    timing_wheel_serving_matches_oracle,
+    QueueKind::TimingWheel,
+    op_serving,
+    128
+);
+differential!(ffs_serving_matches_oracle, QueueKind::Ffs, op_serving, 128);
+differential!(
+    hffs_serving_matches_oracle,
+    QueueKind::HierFfs,
+    op_serving,
+    128
+);
+differential!(
+    cffs_serving_matches_oracle,
+    QueueKind::Cffs,
+    op_serving,
+    128
+);
+differential!(
+    gradient_serving_matches_oracle,
+    QueueKind::Gradient,
+    op_serving,
+    128
+);
+differential!(
+    btree_serving_matches_oracle,
+    QueueKind::BTree,
+    op_serving,
+    128
+);
+differential!(
+    bucket_heap_serving_matches_oracle,
+    QueueKind::BucketHeap,
+    op_serving,
+    128
+);
+differential!(
+    skiplist_serving_matches_oracle,
+    QueueKind::SkipList,
+    op_serving,
+    128
+);
 
 /// A queue whose `requeue` is the trait's default, a remove and a push.
 struct ByRemoveAndPush<Q>(Q);

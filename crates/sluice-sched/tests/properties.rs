@@ -1328,6 +1328,19 @@ fn train(s: &mut Scheduler, t0: u64) -> Vec<(u64, u64)> {
     sent
 }
 
+/// Send three packets of 1000 B of flow 1 from `S` on, through `s`: when the last left.
+fn three_packets_through(s: &mut Scheduler) -> u64 {
+    let mut now = S;
+    for t in 0..3 {
+        s.enqueue(now, &packet(t, 0, 1, 1000)).unwrap();
+    }
+    while let Some(t) = s.next_event(now) {
+        now = now.max(t);
+        s.dequeue(now);
+    }
+    now
+}
+
 /// `sent`, a train that started at `t0` through a gate of `rate` and `burst`, never went
 /// faster than the gate allows: in any window of length w, at most the burst, a packet and
 /// what the rate sends in w (plus one shaper slot of rounding); right at t0, at most the
@@ -1383,14 +1396,7 @@ fn no_burst_above_the_configured_burst_after_idle_at_low_and_high_rates() {
         b.default_leaf(root);
         let mut s = b.build().unwrap();
         // Some traffic, a long idle period, then a large train all at once.
-        let mut now = S;
-        for t in 0..3 {
-            s.enqueue(now, &packet(t, 0, 1, 1000)).unwrap();
-        }
-        while let Some(t) = s.next_event(now) {
-            now = now.max(t);
-            s.dequeue(now);
-        }
+        let now = three_packets_through(&mut s);
         let t0 = now + 100 * S;
         let sent = train(&mut s, t0);
         assert_within_burst(&sent, t0, rate, burst, true);
@@ -1433,14 +1439,7 @@ fn no_burst_above_the_configured_burst_after_idle_at_node_and_flow_gates() {
             };
             b.default_leaf(leaf);
             let mut s = b.build().unwrap();
-            let mut now = S;
-            for t in 0..3 {
-                s.enqueue(now, &packet(t, 0, 1, 1000)).unwrap();
-            }
-            while let Some(t) = s.next_event(now) {
-                now = now.max(t);
-                s.dequeue(now);
-            }
+            let mut now = three_packets_through(&mut s);
             for idle in [100 * S, 10 * S, S / 10] {
                 let t0 = now + idle;
                 let sent = train(&mut s, t0);

@@ -435,7 +435,8 @@ pub(super) mod tests {
         (s.rate(n), s.burst(n))
     }
 
-    fn set_rate(rate: &str, burst: Option<&str>) -> Request {
+    /// A `set_rate` request for `gold` on link `a`.
+    pub(in crate::daemon) fn set_rate(rate: &str, burst: Option<&str>) -> Request {
         Request::SetRate {
             link: "a".into(),
             node: "gold".into(),

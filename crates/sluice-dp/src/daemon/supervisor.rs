@@ -335,7 +335,7 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::super::engine::Engine;
-    use super::super::engine::tests::{GOLD_BURST, engine, gold};
+    use super::super::engine::tests::{GOLD_BURST, engine, gold, set_rate};
     use super::*;
     use nix::sys::eventfd::EfdFlags;
     use sluice_flow::nba::{Aggregate, NbaConfig};
@@ -381,15 +381,6 @@ mod tests {
     fn stop(mut s: Supervisor, threads: Vec<JoinHandle<Engine>>) -> Vec<Engine> {
         s.stop();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
-    }
-
-    fn set_rate(rate: &str, burst: Option<&str>) -> Request {
-        Request::SetRate {
-            link: "a".into(),
-            node: "gold".into(),
-            rate: rate.into(),
-            burst: burst.map(Into::into),
-        }
     }
 
     /// With several engines `set_rate` without a burst keeps each engine's burst, as with one

@@ -371,11 +371,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_htb_tag_runs_at_most_one_packet_ahead_of_now() {
-        // Service borrowed from the share queue counts against the rate too, but a class
-        // never owes more than the packet it just sent: 1000 packets of 1500 B at 1 Gbit/s
-        // (12 us each) served at one instant leave its tag 12 us ahead.
+    /// A member reserved 1 Gbit/s, and a packet of 1500 B it sent.
+    fn gigabit_member() -> (MemberCfg, Meta) {
         let cfg = MemberCfg {
             reservation: Some(Rate::gbit(1)),
             ..MemberCfg::default()
@@ -384,6 +381,15 @@ mod tests {
             len: 1500,
             ..Meta::default()
         };
+        (cfg, sent)
+    }
+
+    #[test]
+    fn an_htb_tag_runs_at_most_one_packet_ahead_of_now() {
+        // Service borrowed from the share queue counts against the rate too, but a class
+        // never owes more than the packet it just sent: 1000 packets of 1500 B at 1 Gbit/s
+        // (12 us each) served at one instant leave its tag 12 us ahead.
+        let (cfg, sent) = gigabit_member();
         let (mut htb, mut tags, now) = (Htb::default(), Tags::default(), 1_000_000);
         htb.activate(&mut tags, &cfg, &sent, now);
         for _ in 0..1000 {
@@ -403,14 +409,7 @@ mod tests {
     fn a_tag_owes_at_most_four_of_the_largest_packets() {
         // 1500 B largest: 6000 B at 1 Gbit/s are 48 us. A tag 1 s behind is served from
         // 48 us behind; one 40 us behind keeps its place (and fraction).
-        let cfg = MemberCfg {
-            reservation: Some(Rate::gbit(1)),
-            ..MemberCfg::default()
-        };
-        let sent = Meta {
-            len: 1500,
-            ..Meta::default()
-        };
+        let (cfg, sent) = gigabit_member();
         let now = 10_000_000_000;
         for policy in [
             &mut HClock::default() as &mut dyn Policy,
