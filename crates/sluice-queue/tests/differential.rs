@@ -41,6 +41,16 @@ enum Op {
     Advance(u64),
 }
 
+/// The live item a requeue op moves (its index among `live` items; `first`: the index of the
+/// one that leaves first) and how it picks the new rank; `None` if there is none to move.
+fn requeue_target(op: &Op, live: usize, first: Option<usize>) -> Option<(usize, RankPick)> {
+    match *op {
+        Op::Requeue(n, pick) if live > 0 => Some((n % live, pick)),
+        Op::RequeueFirst(pick) => first.map(|i| (i, pick)),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum RankPick {
     /// Anywhere in [0, span).
@@ -279,13 +289,9 @@ fn run_on<Q: RankQueue<u32>>(
                 prop_assert_eq!(q.rank_of(h), None, "step {}: rank_of a stale handle", step);
             }
             Op::Requeue(..) | Op::RequeueFirst(_) => {
-                let (i, pick) = match *op {
-                    Op::Requeue(n, pick) if !live.is_empty() => (n % live.len(), pick),
-                    Op::RequeueFirst(pick) => match q.peek_min() {
-                        Some(first) => (pos[&first.item], pick),
-                        None => continue,
-                    },
-                    _ => continue,
+                let first = q.peek_min().map(|e| pos[&e.item]);
+                let Some((i, pick)) = requeue_target(op, live.len(), first) else {
+                    continue;
                 };
                 let rank = pick_rank(pick, c, now, last_rank);
                 last_rank = rank;
@@ -540,13 +546,9 @@ fn run_heap_twins(c: &Case, start: u64, ops: &[Op]) -> Result<(), TestCaseError>
                 prop_assert!(a.remove(ha).is_err() && b.remove(hb).is_err());
             }
             Op::Requeue(..) | Op::RequeueFirst(_) => {
-                let (i, pick) = match *op {
-                    Op::Requeue(n, pick) if !live.is_empty() => (n % live.len(), pick),
-                    Op::RequeueFirst(pick) => match a.peek_min() {
-                        Some(first) => (pos[&first.item], pick),
-                        None => continue,
-                    },
-                    _ => continue,
+                let first = a.peek_min().map(|e| pos[&e.item]);
+                let Some((i, pick)) = requeue_target(op, live.len(), first) else {
+                    continue;
                 };
                 let rank = pick_rank(pick, c, now, last_rank);
                 last_rank = rank;
