@@ -820,7 +820,7 @@ mod tests {
         let thread = thread::spawn(move || {
             for cmd in rx {
                 let reply = match &cmd.request {
-                    Request::Stats {} => Reply::Stats(Box::new(snapshot())),
+                    Request::Stats {} | Request::Counters {} => Reply::Stats(Box::new(snapshot())),
                     Request::SetRate { link, .. } | Request::SetWeight { link, .. }
                         if link == "a" =>
                     {

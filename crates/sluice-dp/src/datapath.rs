@@ -710,8 +710,9 @@ impl Datapath {
         Ok(())
     }
 
-    /// Everything counted, now.
-    pub fn snapshot(&self, uptime_ns: u64) -> Snapshot {
+    /// Everything counted, now, with the `top_flows` busiest flows of each link (0: none, and
+    /// then the flows are not looked at).
+    pub fn snapshot(&self, uptime_ns: u64, top_flows: usize) -> Snapshot {
         let ports = self
             .ports
             .iter()
@@ -758,7 +759,7 @@ impl Datapath {
                     scheduled: l.pipeline.admission().occupancy() as u64,
                     paused: l.pipeline.admission().paused() as u64,
                     backpressure: ps.backpressure,
-                    top_flows: l.flows.top(crate::stats::TOP_FLOWS),
+                    top_flows: l.flows.top(top_flows),
                 }
             })
             .collect();
@@ -1028,6 +1029,22 @@ pub(crate) mod tests {
         }
         assert_eq!(*sent.lock().unwrap(), frames);
         assert_eq!(dp.held(), 0, "every buffer is back");
+    }
+
+    /// A snapshot for the metrics text (no flows) has every counter a full one has.
+    #[test]
+    fn a_snapshot_without_flows_differs_only_by_them() {
+        let frames: Vec<Vec<u8>> = (0..30).map(|i| tcp_frame(40_000 + i % 3, 10, 1)).collect();
+        let (mut dp, _) = scripted(frames, FIFO, 4 << 20);
+        for t in 1..100 {
+            dp.step(t * 1_000_000);
+        }
+        let full = dp.snapshot(5, crate::stats::TOP_FLOWS);
+        assert_eq!(full.links[0].top_flows.len(), 3);
+        let mut counters = dp.snapshot(5, 0);
+        assert!(counters.links[0].top_flows.is_empty());
+        counters.links[0].top_flows = full.links[0].top_flows.clone();
+        assert_eq!(counters, full);
     }
 
     #[test]

@@ -28,10 +28,12 @@
 //! idle or slow client blocks nobody; each connection has [`CONNECTION_DEADLINE`] for its
 //! request and its answer, a request head at most [`MAX_REQUEST`] bytes (its lines ended by
 //! CRLF or, as RFC 9112 §2.2 allows, a bare LF: `printf 'GET /metrics HTTP/1.0\n\n' | nc`
-//! works), and one request (`Connection: close`). `GET /metrics` asks the datapath for a snapshot through the
-//! [`ControlHandle`] (2 s at most, else 503 with the reason) and answers 200 with the text;
-//! other paths get 404, other methods 405. Only loopback addresses are accepted: the endpoint
-//! has no authentication. Stopping wakes and joins the accepting thread; answers under way end
+//! works), and one request (`Connection: close`). `GET /metrics` asks the datapath for its
+//! counters through the [`ControlHandle`] ([`Request::Counters`]: no busiest flows, which the
+//! text does not show; 2 s at most, else 503 with the reason) and answers 200 with the text; an
+//! answer serves every scrape for [`SNAPSHOT_REUSE`], so clients scraping in a loop cost the
+//! datapath one snapshot per 100 ms at most. Other paths get 404, other methods 405. Only
+//! loopback addresses are accepted: the endpoint has no authentication. Stopping wakes and joins the accepting thread; answers under way end
 //! within their deadline. (A small server of its own because `tiny_http`, used before, had no
 //! timeouts and no connection bound: a client that never read blocked every scrape and the
 //! daemon's stop, and idle connections each held a thread.)
@@ -44,8 +46,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -420,6 +422,7 @@ impl Drop for MetricsServer {
 /// [`MAX_CONNECTIONS`] at once.
 fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle) {
     let active = Arc::new(AtomicUsize::new(0));
+    let scrapes = Arc::new(Scrapes::default());
     for conn in listener.incoming() {
         if stopping.load(Ordering::SeqCst) {
             return;
@@ -440,11 +443,11 @@ fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle)
             tracing::debug!("metrics: {MAX_CONNECTIONS} connections open; one more closed");
             continue;
         }
-        let (handle, done) = (handle.clone(), active.clone());
+        let (handle, done, scrapes) = (handle.clone(), active.clone(), scrapes.clone());
         let spawned = thread::Builder::new()
             .name("sluice-scrape".into())
             .spawn(move || {
-                serve(stream, &handle);
+                serve(stream, &handle, &scrapes);
                 done.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
@@ -456,7 +459,7 @@ fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle)
 
 /// Read one request from `stream` and answer it, all within [`CONNECTION_DEADLINE`]; then
 /// close (`Connection: close`).
-fn serve(mut stream: TcpStream, handle: &ControlHandle) {
+fn serve(mut stream: TcpStream, handle: &ControlHandle, scrapes: &Scrapes) {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let mut reader = Deadlined {
         stream: &stream,
@@ -474,29 +477,71 @@ fn serve(mut stream: TcpStream, handle: &ControlHandle) {
             return;
         }
     };
+    let (status, body, allow_get) = route(&head, handle, scrapes);
+    if let Err(e) = respond(&mut stream, deadline, status, &body, allow_get) {
+        tracing::debug!(error = %e, "metrics: cannot answer a scrape");
+    }
+}
+
+/// The answer to the request with `head`: its status, its body, and whether it says to use
+/// GET.
+fn route(head: &str, handle: &ControlHandle, scrapes: &Scrapes) -> (u16, Arc<str>, bool) {
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_ascii_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    let (status, body, allow_get) = if method.is_empty() || target.is_empty() {
-        (400, "not an HTTP request\n".to_string(), false)
+    if method.is_empty() || target.is_empty() {
+        (400, "not an HTTP request\n".into(), false)
     } else if path != "/metrics" {
         (404, "not found; metrics are at /metrics\n".into(), false)
     } else if method != "GET" {
         (405, "method not allowed; use GET\n".into(), true)
     } else {
-        match handle.call(Request::Stats {}, SCRAPE_TIMEOUT) {
-            Reply::Stats(s) => (200, render(&s), false),
-            Reply::Error(e) => (503, format!("{e}\n"), false),
-            Reply::Ok => (
-                500,
-                "the datapath answered without statistics\n".into(),
-                false,
-            ),
+        let (status, body) = scrapes.answer(handle);
+        (status, body, false)
+    }
+}
+
+/// How long the answer to a scrape serves further scrapes: at most one snapshot is asked of
+/// the datapath in this time, however many clients scrape. (Any local user may scrape, from
+/// [`MAX_CONNECTIONS`] connections in a loop; each snapshot is built on the datapath's thread.)
+pub const SNAPSHOT_REUSE: Duration = Duration::from_millis(100);
+
+/// The last answer to `GET /metrics`, shared by every connection.
+#[derive(Default)]
+struct Scrapes {
+    /// When it was had, its status and its body.
+    last: Mutex<Option<(Instant, u16, Arc<str>)>>,
+}
+
+impl Scrapes {
+    /// The answer to a scrape: the last one if younger than [`SNAPSHOT_REUSE`], else a new one
+    /// from the datapath. Scrapes that come while one waits for the datapath wait for it (at
+    /// most [`SCRAPE_TIMEOUT`]) and share its answer, a failure included: else each would wait
+    /// its own timeout in turn, past its connection's deadline.
+    fn answer(&self, handle: &ControlHandle) -> (u16, Arc<str>) {
+        // A thread that panicked holding it left nothing half-written: the answer is replaced
+        // whole.
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, status, body)) = &*last
+            && at.elapsed() < SNAPSHOT_REUSE
+        {
+            return (*status, body.clone());
         }
-    };
-    if let Err(e) = respond(&mut stream, deadline, status, &body, allow_get) {
-        tracing::debug!(error = %e, "metrics: cannot answer a scrape");
+        let (status, body) = scrape(handle);
+        let body: Arc<str> = body.into();
+        *last = Some((Instant::now(), status, body.clone()));
+        (status, body)
+    }
+}
+
+/// Ask the datapath for its counters and render them: a status and a body.
+fn scrape(handle: &ControlHandle) -> (u16, String) {
+    // Without the busiest flows, which the text does not show.
+    match handle.call(Request::Counters {}, SCRAPE_TIMEOUT) {
+        Reply::Stats(s) => (200, render(&s)),
+        Reply::Error(e) => (503, format!("{e}\n")),
+        Reply::Ok => (500, "the datapath answered without statistics\n".into()),
     }
 }
 
@@ -577,6 +622,7 @@ mod tests {
     use crate::stats::{ClassSnapshot, LinkSnapshot, PortSnapshot};
     use std::io::{Read, Write};
     use std::net::{Ipv4Addr, TcpStream};
+    use std::sync::mpsc;
 
     fn small() -> Snapshot {
         Snapshot {
@@ -853,8 +899,10 @@ sluice_uptime_seconds 12.500000001
         assert_eq!(status, 405);
         assert!(head.contains("Allow: GET"), "{head}");
 
-        // The datapath has stopped: 503 with the reason.
+        // The datapath has stopped: 503 with the reason (once the last answer is too old to
+        // be reused).
         dp.join().unwrap();
+        thread::sleep(SNAPSHOT_REUSE);
         let (status, _, body) = http(addr, "GET", "/metrics");
         assert_eq!(status, 503);
         assert!(body.contains("stopped"), "{body}");
@@ -1073,6 +1121,72 @@ sluice_uptime_seconds 12.500000001
         assert!(resp.starts_with("HTTP/1.1 404 "), "{resp}");
         server.stop();
         dp.join().unwrap();
+    }
+
+    /// A datapath that answers every request with [`small`] and reports it on the channel,
+    /// until every handle is gone.
+    fn recording_datapath() -> (ControlHandle, mpsc::Receiver<Request>, JoinHandle<()>) {
+        let (handle, rx) = ControlHandle::new(Arc::new(|| {}));
+        let (seen_tx, seen) = mpsc::channel();
+        let t = thread::spawn(move || {
+            for cmd in rx {
+                let _ = seen_tx.send(cmd.request);
+                let _ = cmd.reply.send(Reply::Stats(Box::new(small())));
+            }
+        });
+        (handle, seen, t)
+    }
+
+    /// A scrape asked the datapath for a whole snapshot, the busiest flows of every link
+    /// included (copied and sorted on its thread), which the text does not show.
+    #[test]
+    fn a_scrape_asks_for_counters_without_flows() {
+        let (handle, seen, dp) = recording_datapath();
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let (status, _, body) = http(server.local_addr(), "GET", "/metrics");
+        assert_eq!((status, body), (200, render(&small())));
+        server.stop();
+        dp.join().unwrap();
+        assert_eq!(seen.try_iter().collect::<Vec<_>>(), [Request::Counters {}]);
+    }
+
+    /// Every scrape had the datapath build a snapshot: clients scraping in a loop from every
+    /// connection kept its thread busy. Now at most one snapshot is asked for per
+    /// [`SNAPSHOT_REUSE`], however many scrape at once.
+    #[test]
+    fn scrapes_in_a_loop_ask_for_one_snapshot_per_reuse_interval() {
+        let (handle, seen, dp) = recording_datapath();
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        let t = Instant::now();
+        // Half the bound: a connection's slot is freed a moment after its client has its
+        // answer, when the client may be connecting again.
+        let (clients, scrapes) = (MAX_CONNECTIONS / 2, 40);
+        let clients: Vec<_> = (0..clients)
+            .map(|_| {
+                thread::spawn(move || {
+                    for _ in 0..scrapes {
+                        let (status, _, body) = http(addr, "GET", "/metrics");
+                        assert_eq!((status, body), (200, render(&small())));
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        // Builds start SNAPSHOT_REUSE apart at least, however fast or slow this machine is.
+        let allowed = 1 + (t.elapsed().as_nanos() / SNAPSHOT_REUSE.as_nanos()) as usize;
+        server.stop();
+        dp.join().unwrap();
+        let asked = seen.try_iter().count();
+        assert!(
+            (1..=allowed).contains(&asked),
+            "{asked} snapshots for {} scrapes; at most {allowed} allowed",
+            MAX_CONNECTIONS / 2 * scrapes
+        );
     }
 
     #[test]

@@ -272,6 +272,9 @@ impl FlowCounts {
 
     /// The `n` flows with the most bytes.
     pub fn top(&self, n: usize) -> Vec<FlowSnapshot> {
+        if n == 0 {
+            return Vec::new();
+        }
         let mut v: Vec<FlowSnapshot> = self
             .counts
             .iter()

@@ -128,12 +128,8 @@ impl Engine {
 
     fn answer(&mut self, request: Request) -> Reply {
         let result = match request {
-            Request::Stats {} => {
-                return Reply::Stats(Box::new(
-                    self.datapath
-                        .snapshot(now_ns().saturating_sub(self.started_ns)),
-                ));
-            }
+            Request::Stats {} => return self.stats(crate::stats::TOP_FLOWS),
+            Request::Counters {} => return self.stats(0),
             Request::SetRate {
                 link,
                 node,
@@ -160,6 +156,12 @@ impl Engine {
             Ok(()) => Reply::Ok,
             Err(e) => Reply::Error(e),
         }
+    }
+
+    /// A snapshot with the `top_flows` busiest flows of each link.
+    fn stats(&self, top_flows: usize) -> Reply {
+        let uptime = now_ns().saturating_sub(self.started_ns);
+        Reply::Stats(Box::new(self.datapath.snapshot(uptime, top_flows)))
     }
 
     fn stopping(&self) -> bool {

@@ -224,10 +224,10 @@ impl Supervisor {
 
     fn answer(&mut self, request: Request) -> Reply {
         match request {
-            Request::Stats {} => {
+            Request::Stats {} | Request::Counters {} => {
                 let mut parts = Vec::with_capacity(self.engines.len());
                 for e in &self.engines {
-                    match e.control.call(Request::Stats {}, ENGINE_TIMEOUT) {
+                    match e.control.call(request.clone(), ENGINE_TIMEOUT) {
                         Reply::Stats(s) => parts.push(*s),
                         other => return other,
                     }
