@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a client may ask.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +74,8 @@ pub struct Command {
     /// [`PENDING`], then [`TAKEN`] by the datapath or [`ABANDONED`] by a caller that stopped
     /// waiting, whichever comes first.
     state: Arc<AtomicU8>,
+    /// When its caller stops waiting for the reply.
+    deadline: Instant,
 }
 
 /// Neither the datapath nor the caller has decided the request's fate yet.
@@ -91,6 +93,12 @@ impl Command {
         self.state
             .compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
+    }
+
+    /// When its caller stops waiting: an answer that needs longer is of no use (the supervisor
+    /// of several engines waits for them until then at most).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 }
 
@@ -116,29 +124,69 @@ impl ControlHandle {
     /// a [`Reply::Error`]; so does one that has not answered within `timeout`, and if it had
     /// not taken the request up by then it never will ([`Command::take`]); the error says which.
     pub fn call(&self, request: Request, timeout: Duration) -> Reply {
+        match self.send(request, deadline_in(timeout)) {
+            Ok(pending) => pending.wait(),
+            Err(refused) => refused,
+        }
+    }
+
+    /// Send `request`, its reply to be waited for until `deadline` ([`Pending::wait`]), and
+    /// return at once: so one thread can ask several datapaths before it waits for any. A
+    /// stopped or busy datapath is an error.
+    pub fn send(&self, request: Request, deadline: Instant) -> Result<Pending, Reply> {
         let (reply_tx, reply_rx) = mpsc::sync_channel(1);
         let state = Arc::new(AtomicU8::new(PENDING));
         match self.tx.try_send(Command {
             request,
             reply: reply_tx,
             state: state.clone(),
+            deadline,
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                return Reply::Error("the datapath is busy; try again".into());
+                return Err(Reply::Error("the datapath is busy; try again".into()));
             }
-            Err(TrySendError::Disconnected(_)) => return stopped(),
+            Err(TrySendError::Disconnected(_)) => return Err(stopped()),
         }
         (self.wake)();
-        match reply_rx.recv_timeout(timeout) {
+        Ok(Pending {
+            reply: reply_rx,
+            state,
+            deadline,
+        })
+    }
+}
+
+/// `timeout` from now (far in the future if that cannot be told).
+fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// A request sent ([`ControlHandle::send`]) whose reply has not been had yet.
+pub struct Pending {
+    reply: Receiver<Reply>,
+    state: Arc<AtomicU8>,
+    deadline: Instant,
+}
+
+impl Pending {
+    /// The reply, waited for until the deadline it was sent with (not at all if that has
+    /// passed). A datapath that has not answered by then gives a [`Reply::Error`], and if it
+    /// had not taken the request up it never will ([`Command::take`]); the error says which.
+    pub fn wait(self) -> Reply {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match self.reply.recv_timeout(left) {
             Ok(reply) => reply,
             Err(RecvTimeoutError::Disconnected) => stopped(),
             Err(RecvTimeoutError::Timeout) => {
-                let abandoned = state
+                let abandoned = self
+                    .state
                     .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok();
-                // Taken before we gave up: it is being carried out (several engines asked in
-                // turn, say), and saying it failed would be wrong.
+                // Taken before we gave up: it is being carried out (the supervisor waiting for
+                // its engines, say), and saying it failed would be wrong.
                 let fate = if abandoned {
                     "the request was not carried out"
                 } else {
@@ -228,6 +276,7 @@ mod tests {
             request: Request::Stats {},
             reply: mpsc::sync_channel(1).0,
             state: Arc::new(AtomicU8::new(PENDING)),
+            deadline: Instant::now(),
         };
         assert!(cmd.take());
         assert!(!cmd.take(), "taken once");

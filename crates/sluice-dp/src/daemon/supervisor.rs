@@ -11,11 +11,14 @@
 //!
 //! The control socket and the metrics endpoint talk to the supervisor: statistics are the
 //! engines' snapshots merged ([`Snapshot::merge`]); a weight change goes to every engine; a
-//! rate change of an aggregate changes the allocator's total and is shared out at once.
+//! rate change of an aggregate changes the allocator's total and is shared out at once. A
+//! request goes to every engine at once, and the supervisor waits for their replies until one
+//! deadline, its caller's or 2 s from now if sooner: it never waits for an answer its caller
+//! no longer waits for.
 
 use super::engine::{Internal, parse_burst, parse_rate};
 use super::{DaemonError, now_ns, read_signal, sys};
-use crate::control::{Command, ControlHandle, Reply, Request};
+use crate::control::{Command, ControlHandle, Pending, Reply, Request};
 use crate::stats::Snapshot;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
@@ -29,10 +32,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long the supervisor waits for an engine's answer.
+/// How long the supervisor waits for its engines' answers, all of them: it asks them all,
+/// then waits. (Meanwhile it allocates nothing, so not as long as a control client may wait.)
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Until when the supervisor waits for its engines to answer `cmd`: no longer than its caller
+/// waits, nor than [`ENGINE_TIMEOUT`].
+fn engines_deadline(cmd: &Command) -> Instant {
+    cmd.deadline().min(Instant::now() + ENGINE_TIMEOUT)
+}
 
 /// One aggregate: which link's node it is, by index and by name.
 pub struct AggregateNode {
@@ -150,7 +160,8 @@ impl Supervisor {
                             if !cmd.take() {
                                 continue;
                             }
-                            let reply = self.answer(cmd.request);
+                            let deadline = engines_deadline(&cmd);
+                            let reply = self.answer(cmd.request, deadline);
                             let _ = cmd.reply.send(reply);
                         }
                     }
@@ -189,8 +200,11 @@ impl Supervisor {
                 rx
             })
             .collect();
+        // One deadline for all: an engine that does not answer costs the others nothing.
+        let deadline = Instant::now() + ENGINE_TIMEOUT;
         for (engine, rx) in waiting.into_iter().enumerate() {
-            let Ok(bytes) = rx.recv_timeout(ENGINE_TIMEOUT) else {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(bytes) = rx.recv_timeout(left) else {
                 continue;
             };
             let at = now_ns();
@@ -222,12 +236,13 @@ impl Supervisor {
         }
     }
 
-    fn answer(&mut self, request: Request) -> Reply {
+    /// The reply to `request`, the engines waited for until `deadline` at most.
+    fn answer(&mut self, request: Request, deadline: Instant) -> Reply {
         match request {
             Request::Stats {} | Request::Counters {} => {
                 let mut parts = Vec::with_capacity(self.engines.len());
-                for e in &self.engines {
-                    match e.control.call(request.clone(), ENGINE_TIMEOUT) {
+                for reply in self.ask_every_engine(&request, deadline) {
+                    match reply {
                         Reply::Stats(s) => parts.push(*s),
                         other => return other,
                     }
@@ -246,7 +261,7 @@ impl Supervisor {
                 }
                 Reply::Stats(Box::new(all))
             }
-            Request::SetWeight { .. } => self.to_every_engine(request),
+            Request::SetWeight { .. } => self.to_every_engine(&request, deadline),
             Request::SetRate {
                 link,
                 node,
@@ -286,12 +301,13 @@ impl Supervisor {
                 }
                 if let Some(b) = burst {
                     // Bursts are per engine; set them everywhere, then the shares.
-                    let reply = self.to_every_engine(Request::SetRate {
+                    let request = Request::SetRate {
                         link,
                         node,
                         rate: format!("{}bit", rate.bps()),
                         burst: Some(b),
-                    });
+                    };
+                    let reply = self.to_every_engine(&request, deadline);
                     if reply != Reply::Ok {
                         let _ = self.nba.set_rate(a, before);
                         return reply;
@@ -303,14 +319,28 @@ impl Supervisor {
         }
     }
 
-    fn to_every_engine(&self, request: Request) -> Reply {
-        for e in &self.engines {
-            let reply = e.control.call(request.clone(), ENGINE_TIMEOUT);
-            if reply != Reply::Ok {
-                return reply;
-            }
-        }
-        Reply::Ok
+    /// Send `request` to every engine, then wait for their replies until `deadline`: they work
+    /// on it at once, and one slow engine does not make the others wait (asked in turn, each
+    /// given 2 s, they made the supervisor wait longer than its caller, and allocate nothing
+    /// meanwhile). A request an engine has not taken up by then is dropped
+    /// ([`Command::take`]).
+    fn ask_every_engine(&self, request: &Request, deadline: Instant) -> Vec<Reply> {
+        let sent: Vec<_> = self
+            .engines
+            .iter()
+            .map(|e| e.control.send(request.clone(), deadline))
+            .collect();
+        sent.into_iter()
+            .map(|p| p.map_or_else(|refused| refused, Pending::wait))
+            .collect()
+    }
+
+    /// [`Reply::Ok`] if every engine carried `request` out, else the first engine's error.
+    fn to_every_engine(&self, request: &Request, deadline: Instant) -> Reply {
+        self.ask_every_engine(request, deadline)
+            .into_iter()
+            .find(|r| *r != Reply::Ok)
+            .unwrap_or(Reply::Ok)
     }
 
     /// Stop every engine and wait for it; returns the frames they still held.
@@ -342,6 +372,9 @@ mod tests {
     use sluice_sched::units::Rate;
     use std::thread;
 
+    /// How long a test waits for what must come.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
     /// A supervisor of `n` engines over [`engine`]'s policy, `gold` its one aggregate, and the
     /// engines' threads, which give their engine back when stopped.
     fn supervisor(n: usize) -> (Supervisor, Vec<JoinHandle<Engine>>) {
@@ -355,14 +388,20 @@ mod tests {
             threads.push(thread::spawn(move || e.serve_until_stopped()));
             engines.push(link);
         }
+        (supervisor_of(engines, node), threads)
+    }
+
+    /// A supervisor of `engines`, node `node` of link `a` (`gold`, 100 Mbit/s) its one
+    /// aggregate.
+    fn supervisor_of(engines: Vec<EngineLink>, node: NodeId) -> Supervisor {
         let nba = Nba::new(
-            n,
+            engines.len(),
             &[Aggregate::new("a/gold", Rate::mbit(100))],
             NbaConfig::default(),
         )
         .unwrap();
         let (_, commands) = mpsc::sync_channel(1);
-        let supervisor = Supervisor {
+        Supervisor {
             engines,
             nba,
             aggregates: vec![AggregateNode {
@@ -373,8 +412,82 @@ mod tests {
             }],
             commands,
             wake: Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap()),
-        };
-        (supervisor, threads)
+        }
+    }
+
+    /// `n` engines that are only channels: the test plays them through the command receivers.
+    fn bare_engines(n: usize) -> (Vec<EngineLink>, Vec<Receiver<Command>>) {
+        (0..n)
+            .map(|_| {
+                let (control, commands) = ControlHandle::new(Arc::new(|| {}));
+                let link = EngineLink {
+                    control,
+                    internal: mpsc::sync_channel(64).0,
+                    wake: Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap()),
+                    stop: Arc::new(AtomicBool::new(false)),
+                    thread: None,
+                };
+                (link, commands)
+            })
+            .unzip()
+    }
+
+    /// `request` answered, the engines given [`PATIENCE`].
+    fn ask(s: &mut Supervisor, request: Request) -> Reply {
+        s.answer(request, Instant::now() + PATIENCE)
+    }
+
+    /// The supervisor asked its engines for statistics one after another, each given 2 s: it
+    /// could wait past its caller (a scrape gives up at 2 s), allocating nothing meanwhile. Now
+    /// it asks them all, then waits: here each engine answers only once all are asked.
+    #[test]
+    fn engines_are_asked_all_at_once() {
+        let (links, commands) = bare_engines(3);
+        let mut s = supervisor_of(links, 1);
+        let engines = thread::spawn(move || {
+            let asked: Vec<Command> = commands
+                .iter()
+                .map(|rx| rx.recv_timeout(PATIENCE).unwrap())
+                .collect();
+            for cmd in asked {
+                assert_eq!(cmd.request, Request::Counters {});
+                assert!(cmd.take());
+                let _ = cmd.reply.send(Reply::Stats(Box::default()));
+            }
+        });
+        let reply = ask(&mut s, Request::Counters {});
+        assert!(matches!(reply, Reply::Stats(_)), "{reply:?}");
+        engines.join().unwrap();
+    }
+
+    /// The supervisor waits for its engines no longer than its caller waits for it (nor than
+    /// [`ENGINE_TIMEOUT`]); what an engine has not taken up by then is dropped.
+    #[test]
+    fn engines_are_waited_for_until_the_callers_deadline() {
+        let (handle, rx) = ControlHandle::new(Arc::new(|| {}));
+        let before = Instant::now();
+        let _ = handle.call(Request::Stats {}, Duration::from_millis(1));
+        let cmd = rx.recv().unwrap();
+        assert!(cmd.deadline() > before && cmd.deadline() <= Instant::now());
+        assert_eq!(engines_deadline(&cmd), cmd.deadline());
+        let _ = handle.send(Request::Stats {}, before + 10 * PATIENCE);
+        let cmd = rx.recv().unwrap();
+        let cap = engines_deadline(&cmd);
+        assert!(
+            cap <= Instant::now() + ENGINE_TIMEOUT && cap > before,
+            "{cap:?}"
+        );
+
+        let (links, commands) = bare_engines(2);
+        let mut s = supervisor_of(links, 1);
+        let reply = s.answer(set_weight(), Instant::now());
+        match reply {
+            Reply::Error(e) => assert!(e.contains("was not carried out"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        for rx in commands {
+            assert!(!rx.recv().unwrap().take(), "given up on, never carried out");
+        }
     }
 
     /// Stop the engines and hand them back.
@@ -383,20 +496,28 @@ mod tests {
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     }
 
+    fn set_weight() -> Request {
+        Request::SetWeight {
+            link: "a".into(),
+            node: "gold".into(),
+            weight: 2,
+        }
+    }
+
     /// With several engines `set_rate` without a burst keeps each engine's burst, as with one
     /// engine; each engine gets its share of the new rate.
     #[test]
     fn set_rate_without_a_burst_keeps_it_with_several_engines() {
         let (mut s, threads) = supervisor(2);
-        assert_eq!(s.answer(set_rate("200Mbit", None)), Reply::Ok);
+        assert_eq!(ask(&mut s, set_rate("200Mbit", None)), Reply::Ok);
         let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
         for (e, engine) in stop(s, threads).iter().enumerate() {
             assert_eq!(gold(engine), (Some(shares[e]), GOLD_BURST), "engine {e}");
         }
 
         let (mut s, threads) = supervisor(2);
-        assert_eq!(s.answer(set_rate("300Mbit", Some("30KB"))), Reply::Ok);
-        assert_eq!(s.answer(set_rate("50Mbit", None)), Reply::Ok);
+        assert_eq!(ask(&mut s, set_rate("300Mbit", Some("30KB"))), Reply::Ok);
+        assert_eq!(ask(&mut s, set_rate("50Mbit", None)), Reply::Ok);
         let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
         for (e, engine) in stop(s, threads).iter().enumerate() {
             assert_eq!(gold(engine), (Some(shares[e]), 30_000), "engine {e}");
