@@ -28,7 +28,7 @@
 //! idle or slow client blocks nobody; each connection has [`CONNECTION_DEADLINE`] for its
 //! request and its answer, a request head at most [`MAX_REQUEST`] bytes (its lines ended by
 //! CRLF or, as RFC 9112 §2.2 allows, a bare LF: `printf 'GET /metrics HTTP/1.0\n\n' | nc`
-//! works), and one request (`Connection: close`). `GET /metrics` asks the datapath for its
+//! works; empty lines before the request line are skipped, as it asks), and one request (`Connection: close`). `GET /metrics` asks the datapath for its
 //! counters through the [`ControlHandle`] ([`Request::Counters`]: no busiest flows, which the
 //! text does not show; 2 s at most, else 503 with the reason) and answers 200 with the text; an
 //! answer serves every scrape for [`SNAPSHOT_REUSE`], so clients scraping in a loop cost the
@@ -564,10 +564,25 @@ fn read_head(r: &mut impl Read) -> io::Result<Option<String>> {
         }
         head.extend_from_slice(&chunk[..n]);
         // Searched from the start each time: the blank line may straddle two reads, and a
-        // head is a few KiB at most.
-        if let Some(end) = head_end(&head) {
-            head.truncate(end);
-            return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
+        // head is a few KiB at most. Empty lines before the request line are skipped (RFC 9112
+        // §2.2: a client may send one after a POST's body), counted in the limit all the same.
+        let start = leading_empty_lines(&head);
+        if let Some(end) = head_end(&head[start..]) {
+            return Ok(Some(
+                String::from_utf8_lossy(&head[start..start + end]).into_owned(),
+            ));
+        }
+    }
+}
+
+/// The length of the empty lines (CRLF or bare LF) `buf` begins with.
+fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut at = 0;
+    loop {
+        match &buf[at..] {
+            [b'\r', b'\n', ..] => at += 2,
+            [b'\n', ..] => at += 1,
+            _ => return at,
         }
     }
 }
@@ -1012,6 +1027,13 @@ sluice_uptime_seconds 12.500000001
                 "GET /metrics HTTP/1.0\n\nGET / HTTP/1.0\n\n",
                 "GET /metrics HTTP/1.0",
             ),
+            // Empty lines before the request line are skipped, as RFC 9112 §2.2 asks.
+            ("\r\nGET /metrics HTTP/1.0\r\n\r\n", "GET /metrics HTTP/1.0"),
+            ("\n\r\n\nGET /metrics HTTP/1.0\n\n", "GET /metrics HTTP/1.0"),
+            (
+                "\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+                "GET /metrics HTTP/1.1\r\nHost: x",
+            ),
         ];
         for (sent, head) in cases {
             // Whole, a byte per read, and cut in two at every point (the blank line split
@@ -1043,9 +1065,14 @@ sluice_uptime_seconds 12.500000001
             let err = read_head(&mut pieces(unfinished.as_bytes(), 3)).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{unfinished:?}");
         }
+        // Nothing but empty lines: no head yet (a lone CR may begin one more).
+        for empty in ["\r\n", "\n\r\n", "\r\n\r"] {
+            let err = read_head(&mut pieces(empty.as_bytes(), 1)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{empty:?}");
+        }
         // Lines that never come to a blank one are refused at the limit, as bytes without a
-        // line break are.
-        for line in ["X: a\n", "X: a\r\n", "a"] {
+        // line break are, and so are empty lines that never come to a request line.
+        for line in ["X: a\n", "X: a\r\n", "a", "\r\n", "\n"] {
             let endless = line.repeat(2 * MAX_REQUEST);
             let got = read_head(&mut pieces(endless.as_bytes(), READ_CHUNK)).unwrap();
             assert_eq!(got, None, "{line:?}");
@@ -1098,7 +1125,7 @@ sluice_uptime_seconds 12.500000001
     fn requests_with_bare_lf_line_ends_are_answered() {
         // `printf 'GET /metrics HTTP/1.0\n\n' | nc 127.0.0.1 PORT` used to wait for a CRLF
         // until the connection's deadline and get nothing.
-        let (handle, dp) = fake_datapath(4);
+        let (handle, dp) = fake_datapath(6);
         let server =
             MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
         let addr = server.local_addr();
@@ -1108,6 +1135,9 @@ sluice_uptime_seconds 12.500000001
             &["GET /metrics HTTP/1.1\nHost: localhost\nAccept: */*\n\n"],
             &["GET /met", "rics HTTP/1.1\nHost: local", "host\n", "\n"],
             &["GET /metrics HTTP/1.0\r\n", "\r", "\n"],
+            // An empty line before the request line (they were answered 400).
+            &["\r\nGET /metrics HTTP/1.0\r\n\r\n"],
+            &["\n", "GET /metrics HTTP/1.0\n\n"],
         ] {
             let resp = send_raw(addr, pieces);
             assert!(
