@@ -28,13 +28,15 @@
 //! idle or slow client blocks nobody; each connection has [`CONNECTION_DEADLINE`] for its
 //! request and its answer, a request head at most [`MAX_REQUEST`] bytes (its lines ended by
 //! CRLF or, as RFC 9112 §2.2 allows, a bare LF: `printf 'GET /metrics HTTP/1.0\n\n' | nc`
-//! works; empty lines before the request line are skipped, as it asks), and one request (`Connection: close`). `GET /metrics` asks the datapath for its
-//! counters through the [`ControlHandle`] ([`Request::Counters`]: no busiest flows, which the
-//! text does not show; 2 s at most, else 503 with the reason) and answers 200 with the text; an
-//! answer serves every scrape for [`SNAPSHOT_REUSE`], so clients scraping in a loop cost the
-//! datapath one snapshot per 100 ms at most. Other paths get 404, other methods 405. Only
-//! loopback addresses are accepted: the endpoint has no authentication. Stopping wakes and joins the accepting thread; answers under way end
-//! within their deadline. (A small server of its own because `tiny_http`, used before, had no
+//! works; empty lines before the request line are skipped, as it asks), and one request
+//! (`Connection: close`). `GET /metrics` (or `GET http://host/metrics`, in absolute-form) asks
+//! the datapath for its counters through the [`ControlHandle`] ([`Request::Counters`]: no
+//! busiest flows, which the text does not show; 2 s at most, else 503 with the reason) and
+//! answers 200 with the text; an answer serves every scrape for [`SNAPSHOT_REUSE`], so clients
+//! scraping in a loop cost the datapath one snapshot per 100 ms at most. Other paths get 404,
+//! other methods 405. Only loopback addresses are accepted: the endpoint has no
+//! authentication. Stopping wakes and joins the accepting thread; answers under way end within
+//! their deadline. (A small server of its own because `tiny_http`, used before, had no
 //! timeouts and no connection bound: a client that never read blocked every scrape and the
 //! daemon's stop, and idle connections each held a thread.)
 
@@ -489,7 +491,7 @@ fn route(head: &str, handle: &ControlHandle, scrapes: &Scrapes) -> (u16, Arc<str
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_ascii_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
+    let path = target_path(target);
     if method.is_empty() || target.is_empty() {
         (400, "not an HTTP request\n".into(), false)
     } else if path != "/metrics" {
@@ -500,6 +502,26 @@ fn route(head: &str, handle: &ControlHandle, scrapes: &Scrapes) -> (u16, Arc<str
         let (status, body) = scrapes.answer(handle);
         (status, body, false)
     }
+}
+
+/// The path a request target names, without its query: the target itself in origin-form
+/// (`/metrics?x`), or what follows the authority in absolute-form (`http://host:9464/metrics`,
+/// RFC 9112 §3.2.2, which a server must accept; an empty path there is `/`).
+fn target_path(target: &str) -> &str {
+    let path = match target.split_once("://") {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+        {
+            let authority = rest.find(['/', '?']).unwrap_or(rest.len());
+            match &rest[authority..] {
+                "" => "/",
+                p if p.starts_with('?') => "/",
+                p => p,
+            }
+        }
+        _ => target,
+    };
+    path.split('?').next().unwrap_or("")
 }
 
 /// How long the answer to a scrape serves further scrapes: at most one snapshot is asked of
@@ -1217,6 +1239,43 @@ sluice_uptime_seconds 12.500000001
             "{asked} snapshots for {} scrapes; at most {allowed} allowed",
             MAX_CONNECTIONS / 2 * scrapes
         );
+    }
+
+    #[test]
+    fn request_targets_name_their_path_in_origin_and_absolute_form() {
+        for (target, path) in [
+            ("/metrics", "/metrics"),
+            ("/metrics?x=1", "/metrics"),
+            ("/", "/"),
+            ("http://127.0.0.1:9464/metrics", "/metrics"),
+            ("HTTP://localhost/metrics?name[]=x", "/metrics"),
+            ("https://[::1]:9464/metrics", "/metrics"),
+            ("http://localhost", "/"),
+            ("http://localhost?x", "/"),
+            ("http://localhost/", "/"),
+            ("http://localhost/other/metrics", "/other/metrics"),
+            // Not absolute-form: taken as it is (and not found).
+            ("ftp://localhost/metrics", "ftp://localhost/metrics"),
+            ("/x?u=http://h/metrics", "/x"),
+        ] {
+            assert_eq!(target_path(target), path, "{target}");
+        }
+    }
+
+    /// A request in absolute-form, as a client sends it through a proxy, got 404.
+    #[test]
+    fn an_absolute_form_target_is_served() {
+        let (handle, dp) = fake_datapath(1);
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        let (status, head, body) = http(addr, "GET", &format!("http://{addr}/metrics"));
+        assert_eq!(status, 200, "{head}");
+        assert_eq!(body, render(&small()));
+        let (status, _, _) = http(addr, "GET", &format!("http://{addr}/"));
+        assert_eq!(status, 404);
+        server.stop();
+        dp.join().unwrap();
     }
 
     #[test]
