@@ -440,24 +440,46 @@ fn accept(listener: &TcpListener, stopping: &AtomicBool, handle: &ControlHandle)
                 continue;
             }
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        let Some(slot) = Slot::take(&active) else {
             // Closed unanswered: answering would mean reading its request first, and a flood
             // of such connections would then slow the accepting thread down.
-            active.fetch_sub(1, Ordering::SeqCst);
             tracing::debug!("metrics: {MAX_CONNECTIONS} connections open; one more closed");
             continue;
-        }
-        let (handle, done, scrapes) = (handle.clone(), active.clone(), scrapes.clone());
+        };
+        let (handle, scrapes) = (handle.clone(), scrapes.clone());
+        // The slot goes with the thread and is given back when it ends, by a panic too; or,
+        // if the thread cannot start, when the closure holding it is dropped.
         let spawned = thread::Builder::new()
             .name("sluice-scrape".into())
             .spawn(move || {
+                let _slot = slot;
                 serve(stream, &handle, &scrapes);
-                done.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
-            active.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!(error = %e, "metrics: cannot start a thread for a scrape");
         }
+    }
+}
+
+/// A connection's place among the [`MAX_CONNECTIONS`] served at once, given back when dropped:
+/// a connection thread that panicked held its place for good, and after eight such every
+/// connection was closed unanswered.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place, if fewer than [`MAX_CONNECTIONS`] are taken.
+    fn take(active: &Arc<AtomicUsize>) -> Option<Slot> {
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(active.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -1217,11 +1239,17 @@ sluice_uptime_seconds 12.500000001
         (handle, seen, t)
     }
 
-    /// `GET /metrics` on a new connection until one is answered 200, and its body. A
-    /// connection's slot is freed a moment after its client has closed, and a client that
-    /// connects again at once may find every slot taken: closed unanswered, it tries again.
+    /// `GET /metrics` on a new connection until one is answered 200 (for a minute at most),
+    /// and its body. A connection's slot is freed a moment after its client has closed, and a
+    /// client that connects again at once may find every slot taken: closed unanswered, it
+    /// tries again.
     fn scrape_answered(addr: SocketAddr) -> String {
+        let patience = Instant::now() + Duration::from_secs(60);
         loop {
+            assert!(
+                Instant::now() < patience,
+                "every connection closed unanswered"
+            );
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
@@ -1351,6 +1379,40 @@ sluice_uptime_seconds 12.500000001
                 assert!(answer.ends_with(&render(&small())));
             }
         }
+        server.stop();
+        dp.join().unwrap();
+    }
+
+    /// A connection thread that panicked never gave its slot back: after [`MAX_CONNECTIONS`]
+    /// of them, every connection was closed unanswered.
+    #[test]
+    fn a_connection_thread_that_panics_gives_its_slot_back() {
+        let panics = Arc::new(AtomicUsize::new(MAX_CONNECTIONS));
+        let left = panics.clone();
+        // The first scrapes' threads panic in the call to the datapath, when they wake it.
+        let (handle, rx) = ControlHandle::new(Arc::new(move || {
+            let panicking = left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            assert!(!panicking, "a scrape's thread fails (as this test wants)");
+        }));
+        let dp = thread::spawn(move || {
+            for cmd in rx {
+                let _ = cmd.reply.send(Reply::Stats(Box::new(small())));
+            }
+        });
+        let server =
+            MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+        let addr = server.local_addr();
+        while panics.load(Ordering::SeqCst) > 0 {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer);
+            assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+        }
+        assert_eq!(scrape_answered(addr), render(&small()));
         server.stop();
         dp.join().unwrap();
     }
