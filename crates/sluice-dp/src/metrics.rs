@@ -37,8 +37,9 @@
 //! other methods 405. An answer ends with FIN, then what the client still sends (a body,
 //! pipelined requests) is read and dropped until it closes, for 1 s and 64 KiB at most:
 //! closed with input unread, a socket sends RST, and a client may lose its answer. Only
-//! loopback addresses are accepted: the endpoint has no authentication. Stopping wakes and
-//! joins the accepting thread; answers under way end within their deadline. (A small server of its own because `tiny_http`, used before, had no
+//! loopback addresses are accepted: the endpoint has no authentication. Stopping shuts the
+//! listening socket down, which wakes its accept(2) without a descriptor of its own, and joins
+//! the accepting thread; answers under way end within their deadline. (A small server of its own because `tiny_http`, used before, had no
 //! timeouts and no connection bound: a client that never read blocked every scrape and the
 //! daemon's stop, and idle connections each held a thread.)
 
@@ -50,6 +51,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -366,6 +368,8 @@ const READ_CHUNK: usize = 1024;
 /// The Prometheus endpoint. Dropping it (or [`MetricsServer::stop`]) stops it.
 pub struct MetricsServer {
     addr: SocketAddr,
+    /// Shared with the accepting thread, so that stopping can shut it down under it.
+    listener: Arc<TcpListener>,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -377,16 +381,17 @@ impl MetricsServer {
             return Err(MetricsError::NotLoopback(addr));
         }
         let bind = |message: String| MetricsError::Bind { addr, message };
-        let listener = TcpListener::bind(addr).map_err(|e| bind(e.to_string()))?;
+        let listener = Arc::new(TcpListener::bind(addr).map_err(|e| bind(e.to_string()))?);
         let local = listener.local_addr().map_err(|e| bind(e.to_string()))?;
         let stopping = Arc::new(AtomicBool::new(false));
-        let stop = stopping.clone();
+        let (stop, accepting) = (stopping.clone(), listener.clone());
         let thread = thread::Builder::new()
             .name("sluice-metrics".into())
-            .spawn(move || accept(&listener, &stop, &handle))
+            .spawn(move || accept(&accepting, &stop, &handle))
             .map_err(|e| bind(format!("cannot start the metrics thread: {e}")))?;
         Ok(MetricsServer {
             addr: local,
+            listener,
             stopping,
             thread: Some(thread),
         })
@@ -408,8 +413,14 @@ impl MetricsServer {
             return;
         };
         self.stopping.store(true, Ordering::SeqCst);
-        // Wake the blocked accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        // Wake the blocked accept: shutdown(2) on a listening socket ends its accept(2) with
+        // EINVAL on Linux, and needs no descriptor. (A connection of our own did, and a
+        // process out of descriptors, failing to connect, waited forever for the join.)
+        let fd = self.listener.as_raw_fd();
+        if let Err(e) = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both) {
+            tracing::debug!(error = %e, "metrics: cannot shut the listener down; connecting");
+            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        }
         if thread.join().is_err() {
             tracing::warn!("the metrics thread panicked");
         }
@@ -1415,6 +1426,74 @@ sluice_uptime_seconds 12.500000001
         assert_eq!(scrape_answered(addr), render(&small()));
         server.stop();
         dp.join().unwrap();
+    }
+
+    /// Wait (a minute at most) until the thread of this process named `name` is in system call
+    /// `number`.
+    fn wait_for_syscall(name: &str, number: libc::c_long) {
+        let patience = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < patience {
+            for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let read = |file| std::fs::read_to_string(task.path().join(file));
+                if read("comm").is_ok_and(|c| c.trim() == name)
+                    && let Ok(call) = read("syscall")
+                    && call.split(' ').next() == Some(&number.to_string())
+                {
+                    return;
+                }
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        panic!("thread {name} is not in system call {number}");
+    }
+
+    /// Set in the process [`stop_needs_no_descriptor`] runs itself in.
+    const OUT_OF_DESCRIPTORS: &str = "SLUICE_TEST_METRICS_OUT_OF_DESCRIPTORS";
+
+    /// Stopping woke the accepting thread by connecting to it; in a process out of
+    /// descriptors the connect failed, and stopping waited for the thread forever. The test
+    /// runs itself in a process of its own, where no descriptor can be opened (its limit
+    /// lowered to 0), and that process must end.
+    #[test]
+    fn stop_needs_no_descriptor() {
+        if std::env::var_os(OUT_OF_DESCRIPTORS).is_some() {
+            let (handle, _rx) = ControlHandle::new(Arc::new(|| {}));
+            let server =
+                MetricsServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), handle).unwrap();
+            // Waiting in accept(2) already: one called with no descriptor to spare fails at
+            // once, and the thread would see the stop when it tries again.
+            wait_for_syscall("sluice-metrics", libc::SYS_accept4);
+            use nix::sys::resource::{Resource, getrlimit, setrlimit};
+            let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+            setrlimit(Resource::RLIMIT_NOFILE, 0, hard).unwrap();
+            assert!(TcpStream::connect(server.local_addr()).is_err());
+            server.stop();
+            return;
+        }
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "metrics::tests::stop_needs_no_descriptor"])
+            .args(["--test-threads", "1", "--nocapture"])
+            .env(OUT_OF_DESCRIPTORS, "1")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let patience = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > patience {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("stopping the server out of descriptors did not end in a minute");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+        assert!(status.success(), "{status}: {out}");
+        // The test ran there (a name matching nothing would pass as well).
+        assert!(out.contains("test result: ok. 1 passed"), "{out}");
     }
 
     #[test]
