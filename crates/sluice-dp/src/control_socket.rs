@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 /// Connections served at once; more are answered "busy" and closed.
 pub const MAX_CONNECTIONS: usize = 16;
-/// Longest request line, bytes (without its newline).
+/// Longest request line, bytes (without its LF or CRLF).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// A connection that sends no complete line for this long is closed (one deadline per line,
 /// however the bytes trickle in).
@@ -543,18 +543,27 @@ enum LineEnd {
     TooLong,
 }
 
-/// Read one line into `buf` (newline included), at most `max` bytes before the newline.
+/// Read one line into `buf` (its end included), at most `max` bytes of content: the line
+/// ends in LF or CRLF, and neither counts (a line ended by CRLF was allowed a byte less).
 fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<LineEnd> {
     buf.clear();
     let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
     r.take(limit).read_until(b'\n', buf)?;
     if buf.last() == Some(&b'\n') {
-        Ok(LineEnd::Newline)
-    } else if buf.len() > max {
-        Ok(LineEnd::TooLong)
-    } else {
-        Ok(LineEnd::Eof)
+        return Ok(LineEnd::Newline);
     }
+    if buf.len() <= max {
+        return Ok(LineEnd::Eof);
+    }
+    // A byte past the limit and no LF: too long, unless that byte is the CR of a CRLF. One more
+    // byte tells; asked for only then, so an over-long line is refused without waiting.
+    if buf.last() == Some(&b'\r') {
+        r.take(1).read_until(b'\n', buf)?;
+        if buf.last() == Some(&b'\n') {
+            return Ok(LineEnd::Newline);
+        }
+    }
+    Ok(LineEnd::TooLong)
 }
 
 /// Serve one connection until it closes, idles out or misbehaves, then shut it down (the
@@ -978,15 +987,51 @@ mod tests {
         let mut rest = Vec::new();
         r.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty(), "closed after the error");
-        // Exactly at the limit is fine (an error about the content, not the length).
-        let (mut s, mut r) = raw_client(&dir.sock());
-        let mut line = vec![b' '; 1024 - 15];
-        line.extend_from_slice(b"{\"cmd\":\"stats\"}\n");
-        s.write_all(&line).unwrap();
-        assert_eq!(read_reply(&mut r)["ok"], true);
+        // Exactly at the limit is fine, whatever ends the line (a line ended by CRLF was
+        // refused at the limit: its CR counted).
+        for end in ["\n", "\r\n"] {
+            let (mut s, mut r) = raw_client(&dir.sock());
+            let mut line = vec![b' '; 1024 - 15];
+            line.extend_from_slice(format!("{{\"cmd\":\"stats\"}}{end}").as_bytes());
+            s.write_all(&line).unwrap();
+            assert_eq!(read_reply(&mut r)["ok"], true, "{end:?}");
+        }
+        // A byte more is refused, whatever ends the line.
+        for end in ["\n", "\r\n", ""] {
+            let (mut s, mut r) = raw_client(&dir.sock());
+            let mut line = vec![b' '; 1025 - 15];
+            line.extend_from_slice(format!("{{\"cmd\":\"stats\"}}{end}").as_bytes());
+            s.write_all(&line).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let v = read_reply(&mut r);
+            assert!(
+                v["error"].as_str().unwrap().contains("longer"),
+                "{end:?}: {v}"
+            );
+        }
         drop((s, r));
         drop(sock);
         dp.join().unwrap();
+    }
+
+    #[test]
+    fn a_line_is_limited_by_its_content_not_its_end() {
+        for (input, end, line) in [
+            ("ab\n", LineEnd::Newline, "ab\n"),
+            ("ab\r\n", LineEnd::Newline, "ab\r\n"),
+            ("ab\r\nc", LineEnd::Newline, "ab\r\n"),
+            ("ab", LineEnd::Eof, "ab"),
+            ("a\r", LineEnd::Eof, "a\r"),
+            ("abc\n", LineEnd::TooLong, "abc"),
+            ("abc\r\n", LineEnd::TooLong, "abc"),
+            ("ab\rc\n", LineEnd::TooLong, "ab\rc"),
+            ("ab\r", LineEnd::TooLong, "ab\r"),
+            ("abc", LineEnd::TooLong, "abc"),
+        ] {
+            let mut buf = Vec::new();
+            let got = read_line(&mut io::Cursor::new(input), &mut buf, 2).unwrap();
+            assert_eq!((got, &buf[..]), (end, line.as_bytes()), "{input:?}");
+        }
     }
 
     #[test]
