@@ -46,6 +46,19 @@ pub enum Internal {
     },
     /// Install these rates: `(link, node, rate)`, each node keeping its burst.
     Rates(Vec<(usize, NodeId, Rate)>),
+    /// Give node `node` of link `link` this rate and burst, then say so on `done`.
+    Limit {
+        /// Link index.
+        link: usize,
+        /// The node.
+        node: NodeId,
+        /// Its rate (this engine's share).
+        rate: Rate,
+        /// Its burst, bytes.
+        burst: u64,
+        /// Written once it is set.
+        done: SyncSender<()>,
+    },
 }
 
 /// One engine's datapath and the channels that reach it.
@@ -121,6 +134,18 @@ impl Engine {
                     for (l, n, rate) in rates {
                         self.datapath.set_node_rate(now, l, n, Some(rate), None);
                     }
+                }
+                Internal::Limit {
+                    link,
+                    node,
+                    rate,
+                    burst,
+                    done,
+                } => {
+                    let now = now_ns();
+                    self.datapath
+                        .set_node_rate(now, link, node, Some(rate), Some(burst));
+                    let _ = done.send(());
                 }
             }
         }

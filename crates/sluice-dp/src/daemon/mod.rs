@@ -533,6 +533,7 @@ fn aggregate_nodes(cfg: &Config, dp: &Datapath) -> Vec<AggregateNode> {
                     node,
                     from: cfg.ports[cfg.links[l].from].name.clone(),
                     name: s.node_name(node).to_string(),
+                    burst: s.burst(node),
                 });
             }
         }

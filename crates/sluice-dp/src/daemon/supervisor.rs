@@ -11,10 +11,12 @@
 //!
 //! The control socket and the metrics endpoint talk to the supervisor: statistics are the
 //! engines' snapshots merged ([`Snapshot::merge`]); a weight change goes to every engine; a
-//! rate change of an aggregate changes the allocator's total and is shared out at once. A
-//! request goes to every engine at once, and the supervisor waits for their replies until one
-//! deadline, its caller's or 2 s from now if sooner: it never waits for an answer its caller
-//! no longer waits for.
+//! rate change of an aggregate changes the allocator's total and is shared out at once, each
+//! engine given its share (with the new burst, if any, in the same message: no engine runs at
+//! the whole rate); a change with a burst that an engine does not take in time is undone in
+//! every engine, and the request fails. A request goes to every engine at once, and the
+//! supervisor waits for their replies until one deadline, its caller's or 2 s from now if
+//! sooner: it never waits for an answer its caller no longer waits for.
 
 use super::engine::{Internal, parse_burst, parse_rate};
 use super::{DaemonError, now_ns, read_signal, sys};
@@ -54,6 +56,8 @@ pub struct AggregateNode {
     pub from: String,
     /// The node's name.
     pub name: String,
+    /// Its burst, bytes, in every engine (its policy's, or the last one set).
+    pub burst: u64,
 }
 
 /// How the supervisor reaches one engine thread.
@@ -267,56 +271,90 @@ impl Supervisor {
                 node,
                 rate,
                 burst,
-            } => {
-                let Some(a) = self
-                    .aggregates
-                    .iter()
-                    .position(|x| x.from == link && x.name == node)
-                else {
-                    return Reply::Error(format!(
-                        "with several engines only a configured limit can change; link `{link}` has no \
-                         limited node `{node}`"
-                    ));
-                };
-                let rate = match parse_rate(&rate) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        return Reply::Error(
-                            "with several engines a limit can change but not be removed".into(),
-                        );
-                    }
-                    Err(e) => return Reply::Error(e),
-                };
-                if let Some(b) = &burst
-                    && let Err(e) = parse_burst(b)
-                {
-                    return Reply::Error(e);
+            } => match self.set_rate(&link, &node, &rate, burst.as_deref(), deadline) {
+                Ok(()) => Reply::Ok,
+                Err(e) => Reply::Error(e),
+            },
+        }
+    }
+
+    /// Change the limit of aggregate `node` of `link` to `rate`, and its burst in every engine
+    /// if given; the engines waited for until `deadline` at most.
+    fn set_rate(
+        &mut self,
+        link: &str,
+        node: &str,
+        rate: &str,
+        burst: Option<&str>,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let Some(a) = self
+            .aggregates
+            .iter()
+            .position(|x| x.from == link && x.name == node)
+        else {
+            return Err(format!(
+                "with several engines only a configured limit can change; link `{link}` has no \
+                 limited node `{node}`"
+            ));
+        };
+        let Some(rate) = parse_rate(rate)? else {
+            return Err("with several engines a limit can change but not be removed".into());
+        };
+        let burst = burst.map(parse_burst).transpose()?;
+        // The allocator checks the rate before it takes it: a refused request changes
+        // nothing. (Bursts sent to the engines first were kept after a refusal, and a
+        // 10 Mbit/s class ran at 169 with the huge burst of a request refused.)
+        let before = self.nba.total(a);
+        self.nba.set_rate(a, rate).map_err(|e| e.to_string())?;
+        match burst {
+            None => self.install_allocation(),
+            Some(burst) => {
+                if let Err(e) = self.install_limit(a, burst, deadline) {
+                    // The engines that took it are given back what they had (after it, in
+                    // order, also in one that takes it late).
+                    let _ = self.nba.set_rate(a, before);
+                    let _ = self.install_limit(a, self.aggregates[a].burst, Instant::now());
+                    return Err(e);
                 }
-                // The allocator checks the rate before it takes it: a refused request changes
-                // nothing. (Bursts sent to the engines first were kept after a refusal, and a
-                // 10 Mbit/s class ran at 169 with the huge burst of a request refused.)
-                let before = self.nba.total(a);
-                if let Err(e) = self.nba.set_rate(a, rate) {
-                    return Reply::Error(e.to_string());
-                }
-                if let Some(b) = burst {
-                    // Bursts are per engine; set them everywhere, then the shares.
-                    let request = Request::SetRate {
-                        link,
-                        node,
-                        rate: format!("{}bit", rate.bps()),
-                        burst: Some(b),
-                    };
-                    let reply = self.to_every_engine(&request, deadline);
-                    if reply != Reply::Ok {
-                        let _ = self.nba.set_rate(a, before);
-                        return reply;
-                    }
-                }
-                self.install_allocation();
-                Reply::Ok
+                self.aggregates[a].burst = burst;
             }
         }
+        Ok(())
+    }
+
+    /// Send every engine its share of aggregate `a` with `burst`, in one message, and wait for
+    /// each to have set it until `deadline`. (Sending the class's whole rate with the burst
+    /// first, then the shares, let each engine run at the whole rate for a moment, or until the
+    /// next allocation if another engine then failed.)
+    fn install_limit(&self, a: usize, burst: u64, deadline: Instant) -> Result<(), String> {
+        let AggregateNode { link, node, .. } = self.aggregates[a];
+        let sent: Vec<_> = self
+            .engines
+            .iter()
+            .enumerate()
+            .map(|(e, engine)| {
+                let (done, set) = mpsc::sync_channel(1);
+                let rate = self.nba.rate(e, a);
+                let limit = Internal::Limit {
+                    link,
+                    node,
+                    rate,
+                    burst,
+                    done,
+                };
+                (engine.send(limit), set)
+            })
+            .collect();
+        for (e, (sent, set)) in sent.into_iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !sent || set.recv_timeout(left).is_err() {
+                return Err(format!(
+                    "engine {e} did not take the new limit in time; the limit is unchanged"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Send `request` to every engine, then wait for their replies until `deadline`: they work
@@ -366,6 +404,7 @@ impl Supervisor {
 mod tests {
     use super::super::engine::Engine;
     use super::super::engine::tests::{GOLD_BURST, engine, gold, set_rate};
+    use super::super::engine::{parse_burst, parse_rate};
     use super::*;
     use nix::sys::eventfd::EfdFlags;
     use sluice_flow::nba::{Aggregate, NbaConfig};
@@ -409,27 +448,81 @@ mod tests {
                 node,
                 from: "a".into(),
                 name: "gold".into(),
+                burst: GOLD_BURST,
             }],
             commands,
             wake: Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap()),
         }
     }
 
-    /// `n` engines that are only channels: the test plays them through the command receivers.
-    fn bare_engines(n: usize) -> (Vec<EngineLink>, Vec<Receiver<Command>>) {
+    /// What a test playing an engine receives: requests and the supervisor's messages.
+    struct BareEngine {
+        commands: Receiver<Command>,
+        internal: Receiver<Internal>,
+    }
+
+    /// `n` engines that are only channels, for the test to play them.
+    fn bare_engines(n: usize) -> (Vec<EngineLink>, Vec<BareEngine>) {
         (0..n)
             .map(|_| {
                 let (control, commands) = ControlHandle::new(Arc::new(|| {}));
+                let (internal_tx, internal) = mpsc::sync_channel(64);
                 let link = EngineLink {
                     control,
-                    internal: mpsc::sync_channel(64).0,
+                    internal: internal_tx,
                     wake: Arc::new(EventFd::from_flags(EfdFlags::EFD_CLOEXEC).unwrap()),
                     stop: Arc::new(AtomicBool::new(false)),
                     thread: None,
                 };
-                (link, commands)
+                (link, BareEngine { commands, internal })
             })
             .unzip()
+    }
+
+    impl BareEngine {
+        /// Carry out whatever comes until the supervisor is gone, and say which rates and
+        /// bursts `gold` was given, in order (None: its burst kept).
+        fn record(self) -> Vec<(Rate, Option<u64>)> {
+            let mut given = Vec::new();
+            let (mut commands, mut internal) = (true, true);
+            while commands || internal {
+                let mut idle = true;
+                match self.commands.try_recv() {
+                    Ok(cmd) => {
+                        idle = false;
+                        if let Request::SetRate { rate, burst, .. } = &cmd.request {
+                            let rate = parse_rate(rate).unwrap().unwrap();
+                            given.push((rate, burst.as_deref().map(|b| parse_burst(b).unwrap())));
+                        }
+                        if cmd.take() {
+                            let _ = cmd.reply.send(Reply::Ok);
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => commands = false,
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+                match self.internal.try_recv() {
+                    Ok(Internal::Rates(rates)) => {
+                        idle = false;
+                        given.extend(rates.iter().map(|&(_, _, r)| (r, None)));
+                    }
+                    Ok(Internal::Limit {
+                        rate, burst, done, ..
+                    }) => {
+                        idle = false;
+                        given.push((rate, Some(burst)));
+                        let _ = done.send(());
+                    }
+                    Ok(Internal::Usage { .. }) => idle = false,
+                    Err(mpsc::TryRecvError::Disconnected) => internal = false,
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+                if idle {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+            given
+        }
     }
 
     /// `request` answered, the engines given [`PATIENCE`].
@@ -442,12 +535,12 @@ mod tests {
     /// it asks them all, then waits: here each engine answers only once all are asked.
     #[test]
     fn engines_are_asked_all_at_once() {
-        let (links, commands) = bare_engines(3);
+        let (links, bare) = bare_engines(3);
         let mut s = supervisor_of(links, 1);
         let engines = thread::spawn(move || {
-            let asked: Vec<Command> = commands
+            let asked: Vec<Command> = bare
                 .iter()
-                .map(|rx| rx.recv_timeout(PATIENCE).unwrap())
+                .map(|e| e.commands.recv_timeout(PATIENCE).unwrap())
                 .collect();
             for cmd in asked {
                 assert_eq!(cmd.request, Request::Counters {});
@@ -478,15 +571,73 @@ mod tests {
             "{cap:?}"
         );
 
-        let (links, commands) = bare_engines(2);
+        let (links, bare) = bare_engines(2);
         let mut s = supervisor_of(links, 1);
         let reply = s.answer(set_weight(), Instant::now());
         match reply {
             Reply::Error(e) => assert!(e.contains("was not carried out"), "{e}"),
             other => panic!("{other:?}"),
         }
-        for rx in commands {
-            assert!(!rx.recv().unwrap().take(), "given up on, never carried out");
+        for e in bare {
+            assert!(!e.commands.recv().unwrap().take(), "given up on");
+        }
+    }
+
+    /// A rate set with a burst went to every engine whole (with the burst), then each engine's
+    /// share: each ran at the class's whole rate a moment. Now each gets its share and the
+    /// burst in one message.
+    #[test]
+    fn no_engine_runs_at_the_whole_rate_of_a_new_limit() {
+        let (links, bare) = bare_engines(2);
+        let node = 1;
+        let mut s = supervisor_of(links, node);
+        let engines: Vec<_> = bare
+            .into_iter()
+            .map(|e| thread::spawn(move || e.record()))
+            .collect();
+        assert_eq!(ask(&mut s, set_rate("300Mbit", Some("30KB"))), Reply::Ok);
+        let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
+        assert!(shares.iter().all(|&r| r < Rate::mbit(300)), "{shares:?}");
+        drop(s);
+        for (e, engine) in engines.into_iter().enumerate() {
+            let given = engine.join().unwrap();
+            assert!(
+                given.iter().all(|&(rate, _)| rate <= shares[e]),
+                "engine {e} was given more than its share {}: {given:?}",
+                shares[e]
+            );
+            assert_eq!(given.last(), Some(&(shares[e], Some(30_000))), "engine {e}");
+        }
+    }
+
+    /// When one engine did not take a new limit with a burst in time, the others kept the
+    /// class's whole rate (until the next allocation) and the new burst (for good). Now every
+    /// engine is given back its share and burst: here one engine is served, the other only
+    /// after the supervisor gave up on it, and both end as they were.
+    #[test]
+    fn a_new_limit_one_engine_missed_is_undone_in_all() {
+        let (e0, link0) = engine();
+        let (e1, link1) = engine();
+        let node = e0.datapath.links()[0]
+            .pipeline
+            .scheduler()
+            .node_by_name("gold")
+            .unwrap();
+        let served = thread::spawn(move || e0.serve_until_stopped());
+        let mut s = supervisor_of(vec![link0, link1], node);
+        let before: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
+        // Engine 1 is not served: the supervisor gives up on it at the deadline (and on engine
+        // 0 too if that is slow: the outcome is the same).
+        let deadline = Instant::now() + Duration::from_millis(100);
+        match s.answer(set_rate("300Mbit", Some("30KB")), deadline) {
+            Reply::Error(e) => assert!(e.ends_with("in time; the limit is unchanged"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.nba.total(0), Rate::mbit(100));
+        let late = thread::spawn(move || e1.serve_until_stopped());
+        let engines = stop(s, vec![served, late]);
+        for (e, engine) in engines.iter().enumerate() {
+            assert_eq!(gold(engine), (Some(before[e]), GOLD_BURST), "engine {e}");
         }
     }
 
