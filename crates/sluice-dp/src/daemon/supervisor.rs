@@ -374,11 +374,25 @@ impl Supervisor {
     }
 
     /// [`Reply::Ok`] if every engine carried `request` out, else the first engine's error.
+    /// When some engines carried it out and one did not, the error says which did: the
+    /// change stays in those, and an engine's own "was not carried out" would deny that.
     fn to_every_engine(&self, request: &Request, deadline: Instant) -> Reply {
-        self.ask_every_engine(request, deadline)
+        let replies = self.ask_every_engine(request, deadline);
+        let took: Vec<usize> = (0..replies.len())
+            .filter(|&e| replies[e] == Reply::Ok)
+            .collect();
+        match replies
             .into_iter()
-            .find(|r| *r != Reply::Ok)
-            .unwrap_or(Reply::Ok)
+            .enumerate()
+            .find(|(_, r)| *r != Reply::Ok)
+        {
+            None => Reply::Ok,
+            Some((_, failed)) if took.is_empty() => failed,
+            Some((e, Reply::Error(why))) => Reply::Error(format!(
+                "engine {e}: {why}; the change took effect in engines {took:?} only"
+            )),
+            Some((_, other)) => other,
+        }
     }
 
     /// Stop every engine and wait for it; returns the frames they still held.
@@ -432,7 +446,7 @@ mod tests {
 
     /// A supervisor of `engines`, node `node` of link `a` (`gold`, 100 Mbit/s) its one
     /// aggregate.
-    fn supervisor_of(engines: Vec<EngineLink>, node: NodeId) -> Supervisor {
+    pub(super) fn supervisor_of(engines: Vec<EngineLink>, node: NodeId) -> Supervisor {
         let nba = Nba::new(
             engines.len(),
             &[Aggregate::new("a/gold", Rate::mbit(100))],
@@ -456,13 +470,13 @@ mod tests {
     }
 
     /// What a test playing an engine receives: requests and the supervisor's messages.
-    struct BareEngine {
-        commands: Receiver<Command>,
-        internal: Receiver<Internal>,
+    pub(super) struct BareEngine {
+        pub(super) commands: Receiver<Command>,
+        pub(super) internal: Receiver<Internal>,
     }
 
     /// `n` engines that are only channels, for the test to play them.
-    fn bare_engines(n: usize) -> (Vec<EngineLink>, Vec<BareEngine>) {
+    pub(super) fn bare_engines(n: usize) -> (Vec<EngineLink>, Vec<BareEngine>) {
         (0..n)
             .map(|_| {
                 let (control, commands) = ControlHandle::new(Arc::new(|| {}));
@@ -482,7 +496,7 @@ mod tests {
     impl BareEngine {
         /// Carry out whatever comes until the supervisor is gone, and say which rates and
         /// bursts `gold` was given, in order (None: its burst kept).
-        fn record(self) -> Vec<(Rate, Option<u64>)> {
+        pub(super) fn record(self) -> Vec<(Rate, Option<u64>)> {
             let mut given = Vec::new();
             let (mut commands, mut internal) = (true, true);
             while commands || internal {
@@ -672,6 +686,47 @@ mod tests {
         let shares: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
         for (e, engine) in stop(s, threads).iter().enumerate() {
             assert_eq!(gold(engine), (Some(shares[e]), 30_000), "engine {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod partial_tests {
+    use super::tests::{bare_engines, supervisor_of};
+    use super::*;
+    use std::thread;
+
+    /// A weight change engine 0 carries out and engine 1 does not take in time: the reply
+    /// said it was "not carried out", though engine 0 carried it out (it stays there, as the
+    /// docs say). Now it says which engines took it.
+    #[test]
+    fn a_weight_change_some_engines_took_says_so() {
+        let (links, mut bare) = bare_engines(2);
+        let mut s = supervisor_of(links, 1);
+        let e1 = bare.pop().unwrap();
+        let e0 = bare.pop().unwrap();
+        let served = thread::spawn(move || {
+            let cmd = e0.commands.recv_timeout(Duration::from_secs(60)).unwrap();
+            assert!(cmd.take());
+            let _ = cmd.reply.send(Reply::Ok);
+        });
+        let reply = s.answer(
+            Request::SetWeight {
+                link: "a".into(),
+                node: "gold".into(),
+                weight: 2,
+            },
+            // Engine 1 never answers: the supervisor waits this long for it.
+            Instant::now() + Duration::from_secs(2),
+        );
+        served.join().unwrap();
+        assert!(!e1.commands.recv().unwrap().take(), "engine 1 gave up on");
+        match reply {
+            Reply::Error(e) => assert!(
+                e.contains("took effect in engines [0] only"),
+                "engine 0 carried it out, yet the client reads: {e}"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 }
