@@ -44,8 +44,11 @@ pub enum Internal {
         /// Where to answer.
         reply: SyncSender<Vec<u64>>,
     },
-    /// Install these rates: `(link, node, rate)`, each node keeping its burst.
-    Rates(Vec<(usize, NodeId, Rate)>),
+    /// Install these rates and bursts: `(link, node, rate, burst)`. The burst is the one the
+    /// supervisor holds for the node (its policy's, or the last one set), sent with every
+    /// allocation so that an engine whose queue was too full for a change's undoing takes the
+    /// right burst back with the next one it reads.
+    Rates(Vec<(usize, NodeId, Rate, u64)>),
     /// Give node `node` of link `link` this rate and burst, then say so on `done`.
     Limit {
         /// Link index.
@@ -131,8 +134,9 @@ impl Engine {
                 }
                 Internal::Rates(rates) => {
                     let now = now_ns();
-                    for (l, n, rate) in rates {
-                        self.datapath.set_node_rate(now, l, n, Some(rate), None);
+                    for (l, n, rate, burst) in rates {
+                        self.datapath
+                            .set_node_rate(now, l, n, Some(rate), Some(burst));
                     }
                 }
                 Internal::Limit {

@@ -227,14 +227,14 @@ impl Supervisor {
         self.install_allocation();
     }
 
-    /// Send every engine its current share of every aggregate.
+    /// Send every engine its current share of every aggregate, and the aggregate's burst.
     fn install_allocation(&self) {
         for (e, link) in self.engines.iter().enumerate() {
             let rates = self
                 .aggregates
                 .iter()
                 .enumerate()
-                .map(|(a, agg)| (agg.link, agg.node, self.nba.rate(e, a)))
+                .map(|(a, agg)| (agg.link, agg.node, self.nba.rate(e, a), agg.burst))
                 .collect();
             link.send(Internal::Rates(rates));
         }
@@ -518,7 +518,7 @@ mod tests {
                 match self.internal.try_recv() {
                     Ok(Internal::Rates(rates)) => {
                         idle = false;
-                        given.extend(rates.iter().map(|&(_, _, r)| (r, None)));
+                        given.extend(rates.iter().map(|&(_, _, r, b)| (r, Some(b))));
                     }
                     Ok(Internal::Limit {
                         rate, burst, done, ..
@@ -692,7 +692,7 @@ mod tests {
 
 #[cfg(test)]
 mod partial_tests {
-    use super::tests::{bare_engines, supervisor_of};
+    use super::tests::{BareEngine, bare_engines, supervisor_of};
     use super::*;
     use std::thread;
 
@@ -728,5 +728,47 @@ mod partial_tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An engine whose queue had room for a new limit but not for its undoing kept the new
+    /// burst for good (the client was told the limit is unchanged, and allocations carried
+    /// rates only). Every allocation now carries the burst the supervisor holds, so the engine
+    /// takes the right one back with the next it reads.
+    #[test]
+    fn an_engine_that_missed_an_undoing_gets_the_burst_back_with_the_next_allocation() {
+        use super::super::engine::tests::{GOLD_BURST, set_rate};
+        let (links, mut bare) = bare_engines(2);
+        let mut s = supervisor_of(links, 1);
+        let e1 = bare.pop().unwrap();
+        let e0 = bare.pop().unwrap();
+        // Engine 1 is stalled: its queue holds 63 of 64 messages.
+        for _ in 0..63 {
+            assert!(s.engines[1].send(Internal::Rates(Vec::new())));
+        }
+        let served = thread::spawn(move || e0.record());
+        let reply = s.answer(
+            set_rate("300Mbit", Some("30KB")),
+            Instant::now() + Duration::from_millis(200),
+        );
+        assert!(
+            matches!(&reply, Reply::Error(e) if e.ends_with("the limit is unchanged")),
+            "{reply:?}"
+        );
+        // Engine 1 wakes and reads its queue; then the next allocation comes.
+        let last_burst = |e: &BareEngine| {
+            e.internal
+                .try_iter()
+                .filter_map(|m| match m {
+                    Internal::Limit { burst, .. } => Some(burst),
+                    Internal::Rates(rates) => rates.last().map(|&(_, _, _, b)| b),
+                    Internal::Usage { .. } => None,
+                })
+                .last()
+        };
+        assert_eq!(last_burst(&e1), Some(30_000), "the undoing did not fit");
+        s.install_allocation();
+        assert_eq!(last_burst(&e1), Some(GOLD_BURST), "the burst it keeps");
+        drop(s);
+        served.join().unwrap();
     }
 }
