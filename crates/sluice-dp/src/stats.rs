@@ -270,30 +270,75 @@ impl FlowCounts {
         e.1 += 1;
     }
 
-    /// The `n` flows with the most bytes.
+    /// The `n` flows with the most bytes (ties: the lower key first). The `n` are chosen
+    /// before they are sorted and their labels copied: a `stats` request of a link that tracks
+    /// 4096 flows copied every label and sorted them all, on the datapath's thread.
     pub fn top(&self, n: usize) -> Vec<FlowSnapshot> {
         if n == 0 {
             return Vec::new();
         }
-        let mut v: Vec<FlowSnapshot> = self
+        let order = |a: &(u64, u64, _), b: &(u64, u64, _)| b.1.cmp(&a.1).then(a.0.cmp(&b.0));
+        let mut v: Vec<(u64, u64, &(u64, u64, String))> = self
             .counts
             .iter()
-            .map(|(&key, (bytes, packets, label))| FlowSnapshot {
+            .map(|(&key, counts)| (key, counts.0, counts))
+            .collect();
+        if n < v.len() {
+            v.select_nth_unstable_by(n - 1, order);
+            v.truncate(n);
+        }
+        v.sort_unstable_by(order);
+        v.into_iter()
+            .map(|(key, bytes, (_, packets, label))| FlowSnapshot {
                 key,
                 label: label.clone(),
-                bytes: *bytes,
+                bytes,
                 packets: *packets,
             })
-            .collect();
-        v.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
-        v.truncate(n);
-        v
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `top` chooses the flows a full sort would, in its order, whatever `n` and the ties.
+    #[test]
+    fn top_flows_are_those_a_full_sort_gives() {
+        // xorshift64: numbers below `n`, the same on every run.
+        let mut state = 7u64;
+        let mut below = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for round in 0..200 {
+            let mut f = FlowCounts::new(1 << 12);
+            for _ in 0..below(300) {
+                let (key, bytes) = (below(100), 1 + below(4));
+                f.add(key, bytes, || format!("flow {key}"));
+            }
+            let mut all: Vec<(u64, u64, u64)> =
+                f.counts.iter().map(|(&k, v)| (k, v.0, v.1)).collect();
+            all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for n in [0, 1, 2, 5, 50, 99, 100, 101, 1000] {
+                let got: Vec<(u64, u64, u64)> = f
+                    .top(n)
+                    .iter()
+                    .map(|s| (s.key, s.bytes, s.packets))
+                    .collect();
+                let want: Vec<_> = all.iter().copied().take(n).collect();
+                assert_eq!(got, want, "round {round}, n {n}");
+                assert!(
+                    f.top(n)
+                        .iter()
+                        .all(|s| s.label == format!("flow {}", s.key))
+                );
+            }
+        }
+    }
 
     #[test]
     fn top_flows_and_bounded_tracking() {
