@@ -24,8 +24,8 @@ pub enum Request {
     /// Every counter, now. (A struct variant, so that unknown fields are refused.)
     Stats {},
     /// Every counter, now, without the busiest flows: what the metrics endpoint asks. Listing
-    /// them copies and sorts every flow a link tracks (up to 4096 per link) on the datapath's
-    /// thread, and the metrics text shows none. Not part of the wire protocol.
+    /// them looks at every flow a link tracks (up to 4096 per link) on the datapath's thread,
+    /// and the metrics text shows none. Not part of the wire protocol.
     #[serde(skip)]
     Counters {},
     /// Change (or remove, with `"rate": "none"`) the rate limit of a node of the link that
