@@ -645,12 +645,16 @@ fn read_head(r: &mut impl Read) -> io::Result<Option<String>> {
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        let searched = head.len();
         head.extend_from_slice(&chunk[..n]);
-        // Searched from the start each time: the blank line may straddle two reads, and a
-        // head is a few KiB at most. Empty lines before the request line are skipped (RFC 9112
-        // §2.2: a client may send one after a POST's body), counted in the limit all the same.
+        // Empty lines before the request line are skipped (RFC 9112 §2.2: a client may send
+        // one after a POST's body), counted in the limit all the same. The blank line that
+        // ends the head (at most 3 bytes) may straddle two reads: the search starts 2 bytes
+        // before the new ones (from the start each time, a client sending a byte per read made
+        // each read scan the whole head).
         let start = leading_empty_lines(&head);
-        if let Some(end) = head_end(&head[start..]) {
+        let from = searched.saturating_sub(2).saturating_sub(start);
+        if let Some(end) = head_end(&head[start..], from) {
             return Ok(Some(
                 String::from_utf8_lossy(&head[start..start + end]).into_owned(),
             ));
@@ -672,9 +676,9 @@ fn leading_empty_lines(buf: &[u8]) -> usize {
 
 /// Where the head in `buf` ends: at the line break before the first empty line. A line ends in
 /// CRLF or, as RFC 9112 §2.2 lets a recipient accept, a bare LF (what `printf ... | nc` sends):
-/// so a LF followed by LF or CRLF, less a CR before it.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    (0..buf.len()).find_map(|i| {
+/// so a LF followed by LF or CRLF, less a CR before it. Looked for from `from` on.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    (from..buf.len()).find_map(|i| {
         let rest = &buf[i..];
         let ends = rest.starts_with(b"\n\n") || rest.starts_with(b"\n\r\n");
         ends.then(|| if buf[..i].ends_with(b"\r") { i - 1 } else { i })
