@@ -322,6 +322,10 @@ pub(crate) struct NodePlan {
     pub gate: Option<crate::gate::Gate>,
     pub member_cfg: Vec<MemberCfg>,
     pub flow_rate: Option<(Rate, u64)>,
+    /// Whether a reservation slower than its reservation queue was sized for widens that
+    /// queue's buckets ([`widened_reservation_queue`]): a dual node's bucketed reservation
+    /// queue whose granularity the builder chose.
+    pub widens: bool,
 }
 
 /// A validated tree.
@@ -335,6 +339,8 @@ pub(crate) struct Plan {
     pub beyond_horizon: Overflow,
     /// Notes on settings dropped because they cannot take effect ([`ignored_settings`]).
     pub ignored: Vec<String>,
+    /// The largest packet, bytes.
+    pub max_packet: u32,
 }
 
 /// How far ahead the one shaper holds a release.
@@ -546,16 +552,7 @@ impl TreeBuilder {
                     .map(|&c| self.specs[c as usize].0.member)
                     .collect()
             };
-            let cx = ShapeCx {
-                max_len: self.cfg.max_packet,
-                min_quantum: member_cfg
-                    .iter()
-                    .map(|m| m.quantum.max(1))
-                    .min()
-                    .unwrap_or(1),
-                min_reservation: member_cfg.iter().filter_map(|m| m.reservation).min(),
-                capacity: self.cfg.capacity.min(u32::MAX as usize) as u32,
-            };
+            let cx = shape_cx(&member_cfg, self.cfg.max_packet, self.cfg.capacity);
             let entries = match (mode, leaf) {
                 (Mode::PerPacket, _) => self.cfg.capacity,
                 (Mode::PerMember, true) => self.cfg.flows.min(self.cfg.capacity),
@@ -650,6 +647,14 @@ impl TreeBuilder {
             if queues.iter().all(|q| q.kind.exact()) {
                 policy.exact_queues();
             }
+            let granularity_given = matches!(
+                spec.queue,
+                QueueChoice::Kind {
+                    granularity: Some(_),
+                    ..
+                }
+            );
+            let widens = policy.dual() && !queues[0].kind.exact() && !granularity_given;
             nodes.push(NodePlan {
                 name: spec.name.clone(),
                 parent: *parent,
@@ -664,6 +669,7 @@ impl TreeBuilder {
                 gate: spec.rate.map(|r| crate::gate::Gate::new(r, spec.burst)),
                 member_cfg,
                 flow_rate: spec.flow_rate.map(|r| (r, spec.flow_burst)),
+                widens,
             });
         }
         // Build each queue once here, once all are known to fit together ([`MAX_TREE_BUCKETS`]),
@@ -726,6 +732,7 @@ impl TreeBuilder {
             horizon,
             beyond_horizon: s.beyond_horizon,
             ignored,
+            max_packet: self.cfg.max_packet,
         })
     }
 
@@ -764,6 +771,7 @@ impl TreeBuilder {
                     line: Default::default(),
                     member_cfg: p.member_cfg,
                     flow_rate: p.flow_rate,
+                    widens: p.widens,
                     stats: NodeStats::default(),
                 })
             })
@@ -780,6 +788,7 @@ impl TreeBuilder {
         )
         .map(|mut s| {
             s.ignored = plan.ignored;
+            s.max_packet = plan.max_packet;
             s
         })
         .map_err(|_| BuildError::OutOfMemory(plan.capacity.max(plan.flows)))
@@ -935,6 +944,57 @@ fn shaper_misfit(kind: QueueKind) -> &'static str {
 
 /// Most buckets for fixed ranges chosen by `auto`.
 const FIXED_BUCKETS: u64 = 1 << 16;
+
+/// What a node's members (`member_cfg`), the largest packet and the scheduler's capacity tell
+/// its policy about the ranks it will make ([`crate::policy::Policy::shape`]).
+pub(crate) fn shape_cx(member_cfg: &[MemberCfg], max_len: u32, capacity: usize) -> ShapeCx {
+    ShapeCx {
+        max_len,
+        min_quantum: member_cfg
+            .iter()
+            .map(|m| m.quantum.max(1))
+            .min()
+            .unwrap_or(1),
+        min_reservation: member_cfg.iter().filter_map(|m| m.reservation).min(),
+        capacity: capacity.min(u32::MAX as usize) as u32,
+    }
+}
+
+/// The reservation queue (`spec`) of a dual node whose members' reservations are now
+/// `member_cfg`, widened if its window no longer holds the slowest one's next tag: the
+/// granularity a build with those reservations would give its buckets, and the span of ranks
+/// it covers; `None` if it still fits. For a node whose queue [`NodePlan::widens`].
+///
+/// Filed at the edge of a window too narrow, a tag not due for long hid the due ones behind
+/// it for as long: a class whose reservation went from 300 Mbit/s to 10 bit/s (20 minutes a
+/// packet) at a node built on cFFS left its sibling 3 of its 200 Mbit/s reservation.
+pub(crate) fn widened_reservation_queue(
+    spec: &QueueSpec,
+    policy: &AnyPolicy,
+    member_cfg: &[MemberCfg],
+    max_packet: u32,
+    capacity: usize,
+) -> Option<(QueueSpec, u64)> {
+    let cx = shape_cx(member_cfg, max_packet, capacity);
+    let RankShape::Moving { span, .. } = policy.shape(&cx, 0) else {
+        return None;
+    };
+    if (spec.buckets as u64).saturating_mul(spec.granularity) >= span {
+        return None;
+    }
+    let granularity = span
+        .div_ceil(spec.buckets as u64)
+        .max(1)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 63);
+    Some((
+        QueueSpec {
+            granularity,
+            ..*spec
+        },
+        span,
+    ))
+}
 
 /// The queue spec for a node: `choice`, sized from the rank `shape`, for `entries` entries.
 pub fn node_queue_spec(choice: QueueChoice, shape: RankShape, entries: usize) -> QueueSpec {

@@ -15,7 +15,7 @@
 //! classifier. A differential test runs both on the same packets and
 //! demands the same departures. Approximate queues have no exact model and are not supported.
 
-use crate::builder::{BuildError, Horizon, TreeBuilder};
+use crate::builder::{BuildError, Horizon, TreeBuilder, widened_reservation_queue};
 use crate::classify::Classifier;
 use crate::flow::RECLAIM_TRIES;
 use crate::gate::{Gate, Pacing, capped, leaf_cap, own_rate, retune};
@@ -23,8 +23,8 @@ use crate::packet::{Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, Service, Tags};
 use crate::tree::{Dequeued, NodeId, PAST_GATE, RejectReason};
 use crate::units::Rate;
-use sluice_queue::Rank;
 use sluice_queue::oracle::{KeyModel, Oracle, key_model};
+use sluice_queue::{QueueSpec, Rank};
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -79,6 +79,8 @@ struct ONode {
     members: Vec<OMember>,
     member_cfg: Vec<MemberCfg>,
     flow_rate: Option<(Rate, u64)>,
+    /// The reservation queue's spec, if a slower reservation widens it.
+    widens: Option<QueueSpec>,
 }
 
 /// What waits in the shaper: a flow's packet, or a node's.
@@ -117,6 +119,8 @@ pub struct OracleTree {
     beyond_reject: bool,
     held: usize,
     capacity: usize,
+    /// The largest packet, bytes.
+    max_packet: u32,
     ready: u32,
     /// The latest `now` passed in.
     clock: u64,
@@ -161,6 +165,7 @@ impl OracleTree {
                 line: Line::default(),
                 member_cfg: p.member_cfg,
                 flow_rate: p.flow_rate,
+                widens: p.widens.then_some(p.queues[0]),
             });
         }
         let model = key_model(&plan.shaper).ok_or_else(|| {
@@ -182,6 +187,7 @@ impl OracleTree {
             beyond_reject: plan.beyond_horizon == sluice_queue::Overflow::Reject,
             held: 0,
             capacity: plan.capacity,
+            max_packet: plan.max_packet,
             ready: 0,
             clock: 0,
         })
@@ -671,9 +677,42 @@ impl OracleTree {
             return false;
         };
         if let Some(was) = cfg.edit(|c| c.reservation = rate) {
+            self.widen_reservation_queue(self.nodes[n as usize].parent.unwrap_or(n));
             self.reconfigured(n, &was, self.clock);
         }
         true
+    }
+
+    /// Widen node `n`'s reservation queue if its members' reservations now need it (as
+    /// [`crate::Scheduler::set_reservation`] does): a PIFO of the wider buckets, its members
+    /// moved in their order.
+    fn widen_reservation_queue(&mut self, n: NodeId) {
+        let node = &mut self.nodes[n as usize];
+        let Some(spec) = node.widens else {
+            return;
+        };
+        let Some((wider, _)) = widened_reservation_queue(
+            &spec,
+            &node.policy,
+            &node.member_cfg,
+            self.max_packet,
+            self.capacity,
+        ) else {
+            return;
+        };
+        let Some(model) = key_model(&wider) else {
+            return;
+        };
+        let mut old = std::mem::replace(&mut node.pifos[0], Oracle::new(model, usize::MAX));
+        while let Some(e) = old.pop_min() {
+            let m = if node.leaf {
+                &mut self.flows[e.item as usize].member
+            } else {
+                &mut node.members[e.item as usize]
+            };
+            m.ids[0] = node.pifos[0].push(e.rank, e.item).ok();
+        }
+        node.widens = Some(wider);
     }
 
     /// Re-rank node `n` in its parent, or a root leaf's flows, after its configuration

@@ -343,6 +343,9 @@ pub(crate) struct Node {
     pub member_cfg: Vec<MemberCfg>,
     /// Leaves: pacing rate and burst given to each new flow.
     pub flow_rate: Option<(Rate, u64)>,
+    /// Whether a slower reservation set at run time widens the reservation queue's buckets
+    /// ([`crate::builder::widened_reservation_queue`]).
+    pub widens: bool,
     pub stats: NodeStats,
 }
 
@@ -391,6 +394,9 @@ pub struct Scheduler {
     /// Settings the builder dropped because they cannot take effect where they were given,
     /// as notes for [`Scheduler::describe`].
     pub(crate) ignored: Vec<String>,
+    /// The largest packet, bytes ([`crate::SchedConfig::max_packet`]), for queues re-sized
+    /// at run time.
+    pub(crate) max_packet: u32,
 }
 
 /// Which member a node picked on the way down.
@@ -428,6 +434,7 @@ impl Scheduler {
         Ok(Scheduler {
             rebase_order,
             ignored: Vec::new(),
+            max_packet: u32::from(u16::MAX) + 1,
             prefetch: state_bytes > PREFETCH_MIN_BYTES,
             nodes,
             rule_index: Some(RuleIndex::new(&classifier))

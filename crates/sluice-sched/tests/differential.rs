@@ -236,6 +236,9 @@ const SHAPERS: [QueueKind; 3] = [
 enum Queues {
     /// The generated kind, buckets and granularity of each node (what the oracle models).
     Generated,
+    /// The generated kind and buckets, their granularity sized by the builder (which widens
+    /// a reservation queue for a slower reservation set at run time).
+    Sized,
     /// `auto` everywhere, as a policy file without `queue` keys gets.
     Auto,
 }
@@ -278,11 +281,11 @@ fn tree(
             INTERNAL[g.policy % INTERNAL.len()]
         };
         let mut spec = NodeSpec::new(&format!("n{i}"), policy);
-        if queues == Queues::Generated {
+        if queues != Queues::Auto {
             spec.queue = QueueChoice::Kind {
                 kind: kind_for(policy, g.kind),
                 buckets: Some(g.buckets),
-                granularity: Some(g.granularity),
+                granularity: (queues == Queues::Generated).then_some(g.granularity),
             };
         }
         if let Some(r) = g.rate_kbit {
@@ -547,8 +550,9 @@ fn run(
     shaper: Shaper,
     ops: &[Op],
     fields: FieldsFrom,
+    queues: Queues,
 ) -> Result<(), TestCaseError> {
-    let b = tree(gens, capacity, flows, shaper, Queues::Generated);
+    let b = tree(gens, capacity, flows, shaper, queues);
     let mut fast = b.build().expect("valid tree");
     // The cache prefetch hints, on by default only for tables beyond the caches, never change
     // what is scheduled: on in every other case.
@@ -881,7 +885,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
     fn scheduler_matches_the_oracle(c in case()) {
-        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerPacket)?;
+        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerPacket, Queues::Generated)?;
+    }
+
+    /// The same with the buckets' granularity sized by the builder, as a policy file that
+    /// names a queue kind and no granularity gets.
+    #[test]
+    fn scheduler_matches_the_oracle_on_buckets_the_builder_sized(c in case()) {
+        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerPacket, Queues::Sized)?;
     }
 
     /// The same trees and operations, with ranking fields that stay the same within a flow:
@@ -889,7 +900,7 @@ proptest! {
     /// sends a flow's packets out of order.
     #[test]
     fn no_tree_reorders_a_flow(c in case()) {
-        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerFlow)?;
+        run(&c.gens, c.capacity, c.flows, c.shaper, &c.ops, FieldsFrom::PerFlow, Queues::Generated)?;
     }
 
     /// A `now` earlier than one already seen, as a host whose clock lags or steps back gives:
@@ -982,7 +993,15 @@ fn every_policy_on_every_structure() {
                         _ => Op::Advance(pick(300_000)),
                     })
                     .collect();
-                if let Err(e) = run(&gens, 10_000, 1000, WHEEL, &ops, FieldsFrom::PerPacket) {
+                if let Err(e) = run(
+                    &gens,
+                    10_000,
+                    1000,
+                    WHEEL,
+                    &ops,
+                    FieldsFrom::PerPacket,
+                    Queues::Generated,
+                ) {
                     panic!(
                         "leaf {:?} under {:?} on {:?}: {e}",
                         LEAF[li], INTERNAL[ii], KINDS[ki]

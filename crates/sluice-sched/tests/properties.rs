@@ -2932,8 +2932,8 @@ fn htb_guarantees_a_rate_at_once_after_a_class_borrowed_for_a_long_time() {
     // 1 Gbit/s link. Gold: rate 600M, weight 1. Bronze: no rate, weight 10. Gold alone first
     // borrows the whole link for 2 s; then bronze comes. Gold's 600M is guaranteed whatever it
     // borrowed before (Linux HTB charges borrowed bytes to the lender, not to the class's
-    // rate): gold must get it from the first 100 ms window on, not only after its "debt" of
-    // 2 s * 400M has been paid back at bronze's expense.
+    // rate): gold must get it, and its eleventh of the 400M left, from the first 100 ms window
+    // on, not only after its "debt" of 2 s * 400M has been paid back at bronze's expense.
     let mut b = TreeBuilder::new(cfg(10_000));
     let root = b.root(NodeSpec::new("root", PolicyKind::Htb));
     let gold = b.child(
@@ -2960,9 +2960,10 @@ fn htb_guarantees_a_rate_at_once_after_a_class_borrowed_for_a_long_time() {
             .collect();
         let gold_mbit =
             bytes_by(&window, |d| d.class).get(&0).copied().unwrap_or(0) as f64 * 8.0 / 1e5;
+        let want = 600.0 + 400.0 / 11.0;
         assert!(
-            (gold_mbit - 600.0).abs() < 12.0,
-            "window {i}: gold {gold_mbit:.1} Mbit/s, guaranteed 600"
+            (gold_mbit - want).abs() < 12.0,
+            "window {i}: gold {gold_mbit:.1} Mbit/s, want {want:.1}"
         );
     }
 }
@@ -3022,7 +3023,8 @@ fn reservations_the_node_could_not_meet_for_a_while_are_not_paid_back_at_length(
     // A 1 Gbit/s node reserves 600 and 300 Mbit/s for `a` and `b`; `c` has none. Its rate
     // lowered to 300 Mbit/s for 5 s, the tags of `a` and `b` fell 4.5 s behind, and once
     // the rate was back they took the whole node for 23 s to catch up, `c` nothing. What a
-    // member is owed is capped (4 of the largest packets), so `c` gets its share back at once.
+    // member is owed is capped (4 of the largest packets), so `c` gets its share back at once
+    // (hClock: its weighted share beside them; HTB: a third of the 100 Mbit/s they leave).
     for policy in [PolicyKind::HClock, PolicyKind::Htb] {
         let mut b = TreeBuilder::new(cfg(10_000));
         let root = b.root(NodeSpec::new("root", policy).rate(Rate::gbit(1), 0));
@@ -3044,7 +3046,7 @@ fn reservations_the_node_could_not_meet_for_a_while_are_not_paid_back_at_length(
         s.set_rate(7 * S, root, Some(Rate::gbit(1)), 0);
         let after = host.run(&mut s, &[], 0, None, 7 * S, 8 * S);
         let c_before = mbit_in(&before, 2, S, S);
-        assert!(c_before > 90.0, "{policy}: c before the dip: {c_before:.1}");
+        assert!(c_before > 30.0, "{policy}: c before the dip: {c_before:.1}");
         for w in 1..10 {
             let start = 7 * S + w * 100 * MS;
             let got: Vec<f64> = (0..3)
@@ -3058,12 +3060,46 @@ fn reservations_the_node_could_not_meet_for_a_while_are_not_paid_back_at_length(
     }
 }
 
+/// `examples/policies/htb.toml` splits the office's 1 Gbit/s as its header says, as Linux
+/// HTB would: each busy class its guaranteed rate plus a weighted share of what the rates
+/// leave (voip 100 + 50, staff 600 + 150 of which web 400 + 100 and other 200 + 50, guests
+/// 50 + 50 Mbit/s).
+#[test]
+fn the_htb_example_gives_each_class_its_rate_and_a_weighted_share_of_the_rest() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/policies/htb.toml"
+    );
+    let text = std::fs::read_to_string(path).expect("the example is there");
+    // Class ids after the example's own rules, which these packets (no DSCP, no addresses)
+    // do not match.
+    let leaves = ["voip", "web", "other", "guests"];
+    let rules: String = leaves
+        .iter()
+        .enumerate()
+        .map(|(i, leaf)| format!("\n[[classify]]\nto = \"{leaf}\"\nclass = {i}\n"))
+        .collect();
+    let mut s = sluice_sched::config::build_str(&(text + &rules), "htb.toml").unwrap();
+    let mut host = Host::new();
+    let flows: Vec<(u64, u32, u32)> = (0..4).map(|c| (u64::from(c), c, 1500)).collect();
+    let deps = host.run(&mut s, &flows, 8, Some(Rate::gbit(10)), S, 3 * S);
+    for (class, want) in [150.0, 500.0, 250.0, 100.0].into_iter().enumerate() {
+        let got = mbit_in(&deps, class as u32, 2 * S, S);
+        assert!(
+            (got - want).abs() < want * 0.01,
+            "{}: {got:.1} Mbit/s, want {want}",
+            leaves[class]
+        );
+    }
+}
+
 #[test]
 fn a_reservation_given_at_run_time_claims_no_time_from_before() {
-    // Equal weights on a 1 Gbit/s link: 500/500. A 300 Mbit/s reservation for `a`, below
-    // its share, changes nothing; it used to date from when `a` became backlogged, 2 s
-    // before, and `a` took the whole link for 0.86 s to catch up.
-    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+    // Equal weights on a 1 Gbit/s link: 500/500. A 300 Mbit/s reservation for `a` holds from
+    // then: under hClock, below its share, it changes nothing; under HTB `a` gets it and half
+    // of the 700 left. It used to date from when `a` became backlogged, 2 s before, and `a`
+    // took the whole link for 0.86 s to catch up.
+    for (policy, want) in [(PolicyKind::HClock, 500.0), (PolicyKind::Htb, 650.0)] {
         let (mut s, a) = two_classes(policy, None);
         let mut host = Host::new();
         let link = Some(Rate::gbit(1));
@@ -3075,8 +3111,8 @@ fn a_reservation_given_at_run_time_claims_no_time_from_before() {
             let start = 3 * S + w * 100 * MS;
             let mbit = mbit_in(&deps, 0, start, 100 * MS);
             assert!(
-                (mbit - 500.0).abs() < 12.0,
-                "{policy}, window {w}: a got {mbit:.1} Mbit/s, its share is 500"
+                (mbit - want).abs() < 12.0,
+                "{policy}, window {w}: a got {mbit:.1} Mbit/s, want {want}"
             );
         }
     }
@@ -3436,11 +3472,6 @@ fn a_paced_flow_held_back_by_fair_queuing_never_exceeds_its_rate_on_the_wire() {
     }
 }
 
-/// A reservation removed, or a weight raised, at run time takes effect at once. While a
-/// reservation (a floor) gives a member more than its weighted share, all it sends counts
-/// against its share; that lead used to outlive the reservation: removed after 2 s, a 300
-/// Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s, and a weight raised from
-/// 1 to 9 changed nothing for as long.
 /// `a` reserving 300 Mbit/s at weight 1 beside `c` at weight 9, under `policy`.
 fn reserved_beside_heavy(policy: PolicyKind) -> (Scheduler, NodeId) {
     two_leaves(
@@ -3452,15 +3483,21 @@ fn reserved_beside_heavy(policy: PolicyKind) -> (Scheduler, NodeId) {
     )
 }
 
-/// A reservation set at run time far slower than any the node was built with puts its tag
-/// past its bucketed reservation queue's window (sized from the reservations it was built
-/// with) beside another reserved class: it is counted as clamped, and both classes still get
-/// their weighted shares. (Each reservation is below its class's share, before and after, so
-/// no share tag runs ahead of the others' and the share queue clamps nothing; a tag alone in
-/// a queue is never clamped, the queue follows it.)
+/// A reservation set at run time far slower than any the node was built with would put its
+/// tag past its bucketed reservation queue's window (sized from the reservations it was built
+/// with), at its edge, where it hid a sibling's due reservation for as long as it was not due
+/// itself: a class whose reservation went from 300 Mbit/s to 10 bit/s (20 minutes a packet)
+/// left its sibling 3 of its 200 Mbit/s. The queue's buckets are widened instead, and the
+/// sibling keeps its reservation.
 #[test]
-fn a_reservation_slower_than_the_queue_was_sized_for_is_counted_as_clamped() {
-    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+fn a_reservation_slower_than_the_queue_was_sized_for_widens_it() {
+    // `a` weight 9 beside `c` weight 1 reserving 200 Mbit/s, on 1 Gbit/s. hClock: `c` gets
+    // its reservation, above its 100 share, `a` the rest. HTB: `c` its rate and a tenth of
+    // what the rates leave, `a` nine tenths (of 500 with `a` at 300 Mbit/s, of 800 after).
+    for (policy, before, after) in [
+        (PolicyKind::HClock, [800.0, 200.0], [800.0, 200.0]),
+        (PolicyKind::Htb, [750.0, 250.0], [720.0, 280.0]),
+    ] {
         let mut root = NodeSpec::new("root", policy);
         root.queue = QueueChoice::Kind {
             kind: sluice_queue::QueueKind::Cffs,
@@ -3474,31 +3511,51 @@ fn a_reservation_slower_than_the_queue_was_sized_for_is_counted_as_clamped() {
                 .reservation(Rate::mbit(300)),
             NodeSpec::new("c", PolicyKind::Fifo)
                 .weight(1)
-                .reservation(Rate::mbit(50)),
+                .reservation(Rate::mbit(200)),
         );
+        let reservation_granularity = |s: &Scheduler| {
+            let d = s.describe();
+            let line = d.lines().find(|l| l.contains("root")).unwrap_or_default();
+            line.to_string()
+        };
+        let built = reservation_granularity(&s);
         let mut host = Host::new();
         let flows = [(0, 0, 1500), (1, 1, 1500)];
         let link = Some(Rate::gbit(1));
-        host.run(&mut s, &flows, 4, link, S, 2 * S);
-        assert_eq!(s.stats().ranks_clamped, 0, "{policy:?}");
-        // 10 bit/s: 1500 B take 20 minutes, far past a window sized for 300 Mbit/s.
+        let deps = host.run(&mut s, &flows, 4, link, S, 2 * S);
+        // 10 bit/s: 1500 B take 20 minutes, far past a window sized for 200 Mbit/s.
         assert!(s.set_reservation(2 * S, a, Rate::new(10)));
-        let after = host.run(&mut s, &flows, 4, link, 2 * S, 3 * S);
-        assert!(s.stats().ranks_clamped > 0, "{policy:?}: {:?}", s.stats());
-        // Weights 9 and 1 on 1 Gbit/s: 900 and 100 Mbit/s.
-        for (class, want) in [(0, 900.0), (1, 100.0)] {
-            let got = mbit_in(&after, class, 2 * S + S / 10, S * 9 / 10);
-            assert!(
-                (got - want).abs() < 2.0,
-                "{policy:?}: class {class} {got:.1}"
-            );
+        assert_ne!(
+            reservation_granularity(&s),
+            built,
+            "{policy:?}: the queue was not widened"
+        );
+        let later = host.run(&mut s, &flows, 4, link, 2 * S, 3 * S);
+        for (deps, start, want) in [(&deps, S, before), (&later, 2 * S, after)] {
+            for (class, want) in want.into_iter().enumerate() {
+                let got = mbit_in(deps, class as u32, start + S / 10, S * 9 / 10);
+                assert!(
+                    (got - want).abs() < 2.0,
+                    "{policy:?} from {start}: class {class} {got:.1}, want {want}"
+                );
+            }
         }
     }
 }
 
+/// A reservation removed, or a weight raised, at run time takes effect at once. While an
+/// hClock reservation (a floor) gives a member more than its weighted share, all it sends
+/// counts against its share; that lead used to outlive the reservation: removed after 2 s, a
+/// 300 Mbit/s reservation left its member 3 Mbit/s of its 100 for 4 s, and a weight raised
+/// from 1 to 9 changed nothing for as long. (An HTB rate counts nothing against the share.)
 #[test]
 fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
-    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+    // On 1 Gbit/s, `a` gets under hClock its 300, then 500 at weight 9; under HTB its 300
+    // and a tenth of the 700 left, then half of it; without the reservation, 100 under both.
+    for (policy, reserved_want, raised_want) in [
+        (PolicyKind::HClock, 300.0, 500.0),
+        (PolicyKind::Htb, 370.0, 650.0),
+    ] {
         for raise_weight in [false, true] {
             let (mut s, a) = reserved_beside_heavy(policy);
             let mut host = Host::new();
@@ -3506,10 +3563,13 @@ fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
             let link = Some(Rate::gbit(1));
             let before = host.run(&mut s, &flows, 4, link, S, 3 * S);
             let reserved = mbit_in(&before, 0, 2 * S, S);
-            assert!((reserved - 300.0).abs() < 3.0, "{policy:?}: {reserved:.1}");
+            assert!(
+                (reserved - reserved_want).abs() < 3.0,
+                "{policy:?}: {reserved:.1}"
+            );
             let want = if raise_weight {
                 assert!(s.set_weight(a, 9));
-                500.0
+                raised_want
             } else {
                 assert!(s.set_reservation(3 * S, a, None));
                 100.0
@@ -3525,15 +3585,19 @@ fn a_reservation_removed_or_a_weight_raised_at_run_time_takes_effect_at_once() {
 }
 
 /// A sibling's weight lowered at run time, which raises a reserved member's weighted share
-/// above its reservation, forgives nothing (docs/policy-files.md): the member keeps its
-/// reservation until the sibling has caught up with its lead, then gets its new share.
-/// Weights 1 and 9 on 1 Gbit/s with a 300 Mbit/s reservation for the first: 300 / 700 for
-/// 2 s, in which the first ran ahead of the second by 300 / 1 - 700 / 9 = 222 Mbit/s per
+/// above its reservation, forgives nothing under hClock (docs/policy-files.md): the member
+/// keeps its reservation until the sibling has caught up with its lead, then gets its new
+/// share. Weights 1 and 9 on 1 Gbit/s with a 300 Mbit/s reservation for the first: 300 / 700
+/// for 2 s, in which the first ran ahead of the second by 300 / 1 - 700 / 9 = 222 Mbit/s per
 /// unit of weight, a lead of 444 Mbit. The second's weight lowered to 1, it closes that at
-/// 700 / 1 - 300 / 1 = 400 Mbit/s: 300 / 700 for 1.1 s more, then 500 / 500.
+/// 700 / 1 - 300 / 1 = 400 Mbit/s: 300 / 700 for 1.1 s more, then 500 / 500. Under HTB the
+/// rate is not charged to the share, so there is no lead: 370 / 630, then 650 / 350 at once.
 #[test]
 fn a_siblings_weight_lowered_at_run_time_forgives_a_reserved_lead_nothing() {
-    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
+    for (policy, reserved_want, wants) in [
+        (PolicyKind::HClock, 300.0, [300.0, 500.0]),
+        (PolicyKind::Htb, 370.0, [650.0, 650.0]),
+    ] {
         let (mut s, _) = reserved_beside_heavy(policy);
         let c = s
             .classify(&packet(0, 1, 0, 1500))
@@ -3543,10 +3607,14 @@ fn a_siblings_weight_lowered_at_run_time_forgives_a_reserved_lead_nothing() {
         let link = Some(Rate::gbit(1));
         let before = host.run(&mut s, &flows, 4, link, S, 3 * S);
         let reserved = mbit_in(&before, 0, S + 10 * MS, 2 * S - 10 * MS);
-        assert!((reserved - 300.0).abs() < 3.0, "{policy:?}: {reserved:.1}");
+        assert!(
+            (reserved - reserved_want).abs() < 3.0,
+            "{policy:?}: {reserved:.1}"
+        );
         assert!(s.set_weight(c, 1));
         let after = host.run(&mut s, &flows, 0, link, 3 * S, 6 * S);
-        for (start, len, want) in [(3 * S + 10 * MS, S, 300.0), (4 * S + 200 * MS, S, 500.0)] {
+        let [first, then] = wants;
+        for (start, len, want) in [(3 * S + 10 * MS, S, first), (4 * S + 200 * MS, S, then)] {
             let got = mbit_in(&after, 0, start, len);
             assert!(
                 (got - want).abs() < want * 0.02,
@@ -3563,14 +3631,20 @@ fn a_siblings_weight_lowered_at_run_time_forgives_a_reserved_lead_nothing() {
 /// reservation, until then.)
 #[test]
 fn a_reservation_changed_at_run_time_takes_effect_at_once() {
+    // Beside `c` at weight 9 on 1 Gbit/s, `a` at weight 1 gets its reservation under hClock,
+    // and under HTB that and a tenth of what is left.
     let cases = [
-        (Rate::new(10_000).unwrap(), Rate::mbit(500), 500.0),
-        (Rate::mbit(500), Rate::mbit(300), 300.0),
+        (Rate::new(10_000).unwrap(), Rate::mbit(500), [500.0, 550.0]),
+        (Rate::mbit(500), Rate::mbit(300), [300.0, 370.0]),
     ];
-    for policy in [PolicyKind::HClock, PolicyKind::Htb] {
-        for ((from, to, want), removed_first) in
+    for (p, policy) in [PolicyKind::HClock, PolicyKind::Htb]
+        .into_iter()
+        .enumerate()
+    {
+        for ((from, to, wants), removed_first) in
             cases.into_iter().flat_map(|c| [(c, false), (c, true)])
         {
+            let want = wants[p];
             let (mut s, a) = two_leaves(
                 NodeSpec::new("root", policy),
                 NodeSpec::new("a", PolicyKind::Fifo)

@@ -58,9 +58,7 @@ fn catch_up(tags: &mut Tags, now: u64) {
 /// How many of the scheduler's largest packets of reservation a member may be owed.
 const OWED_PACKETS: u64 = 4;
 
-/// The shared arithmetic. `charge_shares_to_reservation`: whether service from the share
-/// queue also advances the reservation tag (HTB: a class's rate counts all it sends) or not
-/// (hClock / mClock: reservations come on top of shares).
+/// The shared arithmetic.
 #[derive(Debug)]
 struct Rls {
     /// Share virtual time.
@@ -123,17 +121,17 @@ impl Rls {
         Self::ranks(tags, cfg)
     }
 
-    /// Charge a member for `sent` at `now`: its share tags always; its reservation tag if
-    /// `reservation_too`; and the share queue's virtual time only if the share queue served it
-    /// (`from` = 1): SFQ's virtual time is the start tag of what the *share* phase serves, and
-    /// letting reservation service move it would reset everyone's tags to the reserved member's.
+    /// Charge a member for `sent` at `now`: its reservation tag if the reservation queue
+    /// served it (`from` = 0), its share tags if the share queue did or `shares_count_all`
+    /// (hClock: a reservation is a floor, so all a member sends counts against its share), and
+    /// the share queue's virtual time only if the share queue served it: SFQ's virtual time is
+    /// the start tag of what the *share* phase serves, and letting reservation service move it
+    /// would reset everyone's tags to the reserved member's.
     ///
-    /// The reservation tag runs at most one packet ahead of `now`: a member served while it is
-    /// ahead (HTB charging bytes it borrowed) owes nothing beyond the packet just sent. Without
-    /// that bound an HTB class that borrowed the link for hours lost its guaranteed rate for
-    /// hours once others came (Linux HTB charges borrowed bytes to the lender, not to the
-    /// class's rate), and a tiny rate's tag overflowed. A reservation served when due (`a <=
-    /// now`, all of hClock's) is charged in full.
+    /// Share service never uses up a reservation (mClock; Linux HTB charges borrowed bytes to
+    /// the lender, not to the class's rate): a member served from its reservation is due
+    /// (`a <= now`). Should one be served ahead of its tag all the same, it owes nothing
+    /// beyond the packet just sent, so that a tiny rate's tag cannot run away.
     ///
     /// Behind `now`, the tag owes the member at most `max_owed` bytes: while the node gets
     /// less than its members' reservations (its own rate lowered below their sum at run time,
@@ -142,9 +140,15 @@ impl Rls {
     /// back (a 5 s dip to 300 Mbit/s under reservations of 600 and 300 left a third member
     /// of the 1 Gbit/s node nothing for 23 s after). As Linux HTB caps a class's tokens at its
     /// burst, what it could not get beyond that is forgotten.
-    fn charge(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>, reservation_too: bool) {
+    fn charge(
+        &mut self,
+        tags: &mut Tags,
+        cfg: &MemberCfg,
+        s: &Service<'_>,
+        shares_count_all: bool,
+    ) {
         let sent = s.sent;
-        if let (Some(res), true) = (cfg.reservation, reservation_too) {
+        if let (Some(res), 0) = (cfg.reservation, s.from) {
             let (a, frac) = if tags.a > s.now {
                 (s.now, 0)
             } else if self.owes_too_much(tags.a, s.now, res) {
@@ -158,11 +162,13 @@ impl Rls {
         if s.from == 1 {
             self.clock.start(tags.b);
         }
-        // The finish tag F, and the next share start: F while the member stays backlogged, as
-        // in WFQ (fair.rs's `served` says why not max(V, F)); `activate` takes max(V, F) when
-        // it comes back.
-        let (units, carry) = vt_carried(sent.len, cfg.weight, tags.c >> 32);
-        (tags.b, tags.c) = (tags.b + units, carry << 32 | fraction(tags.c));
+        if s.from == 1 || shares_count_all {
+            // The finish tag F, and the next share start: F while the member stays
+            // backlogged, as in WFQ (fair.rs's `served` says why not max(V, F)); `activate`
+            // takes max(V, F) when it comes back.
+            let (units, carry) = vt_carried(sent.len, cfg.weight, tags.c >> 32);
+            (tags.b, tags.c) = (tags.b + units, carry << 32 | fraction(tags.c));
+        }
         if s.available == 0 {
             self.clock.finish(tags.b);
         }
@@ -171,9 +177,10 @@ impl Rls {
     /// A member's weight or reservation changed at `now` (`was`: as they were).
     ///
     /// The share service it was charged beyond its weighted share is forgiven, its share tags
-    /// brought back to the virtual time if they ran ahead. A reservation is a floor, so all a
-    /// reserved member sends counts against its share, and while the reservation gives it
-    /// more than its share its share tags run ahead of the others' without bound. Kept after
+    /// brought back to the virtual time if they ran ahead. Under hClock a reservation is a
+    /// floor, so all a reserved member sends counts against its share, and while the
+    /// reservation gives it more than its share its share tags run ahead of the others'
+    /// without bound. Kept after
     /// the reservation went (or its weight rose), that lead held it for twice as long as the
     /// reservation had been in force: removed after 2 s, a 300 Mbit/s reservation left its
     /// member 3 Mbit/s of its 100 for 4 s.
@@ -281,8 +288,10 @@ macro_rules! rls_common {
 }
 
 /// hClock: per member reservation (guaranteed rate, served first while behind), limit (the
-/// member's gate) and share (weight for the rest). As in mClock, service from the share queue
-/// does not use up the reservation.
+/// member's gate) and share (weight for the rest). A reservation is a floor: all a member
+/// sends counts against its share, so it gets the larger of its reservation and its weighted
+/// share of the node. As in mClock, service from the share queue does not use up the
+/// reservation.
 #[derive(Debug, Default)]
 pub struct HClock(Rls);
 
@@ -292,7 +301,7 @@ impl Policy for HClock {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s, s.from == 0);
+        self.0.charge(tags, cfg, s, true);
         Rls::ranks(tags, cfg)
     }
     fn keeps(&self, from: usize) -> Option<usize> {
@@ -301,12 +310,13 @@ impl Policy for HClock {
     }
 }
 
-/// HTB-like: each child has a `rate` it is guaranteed (its reservation), a `ceil` it may not
-/// exceed (its gate) and a weight for borrowing spare bandwidth. A child under its rate is
-/// served first; above it, it borrows by weight up to its ceil. Everything a child sends counts
-/// against its rate, so a child that gets its rate by borrowing is not served from it too; but
-/// a child never owes more than the packet it just sent, so its rate is guaranteed again as
-/// soon as borrowing gives it less (as Linux HTB, which does not charge borrowed bytes to it).
+/// HTB-like, as Linux HTB shares: each child has a `rate` it is guaranteed (its reservation),
+/// a `ceil` it may not exceed (its gate) and a weight (HTB's quantum) for borrowing. A child
+/// under its rate is served first, from its rate; what the rates leave is lent to the
+/// children by weight, up to their ceils. Neither counts against the other: service at its
+/// rate does not use up a child's share of the spare, and borrowed service does not use up its
+/// rate (Linux charges borrowed bytes to the lender). So a busy child gets its rate plus its
+/// weighted share of what the busy children's rates leave.
 #[derive(Debug, Default)]
 pub struct Htb(Rls);
 
@@ -316,8 +326,12 @@ impl Policy for Htb {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s, true);
+        self.0.charge(tags, cfg, s, false);
         Rls::ranks(tags, cfg)
+    }
+    fn keeps(&self, from: usize) -> Option<usize> {
+        // Each queue's service leaves the other queue's tag as it was.
+        Some(1 - from)
     }
 }
 
@@ -384,25 +398,70 @@ mod tests {
         (cfg, sent)
     }
 
-    #[test]
-    fn an_htb_tag_runs_at_most_one_packet_ahead_of_now() {
-        // Service borrowed from the share queue counts against the rate too, but a class
-        // never owes more than the packet it just sent: 1000 packets of 1500 B at 1 Gbit/s
-        // (12 us each) served at one instant leave its tag 12 us ahead.
+    /// The tags of a member of `policy` after one packet of [`gigabit_member`] served at
+    /// `now` from queue `from`, starting from `tags`.
+    fn after_one(policy: &mut dyn Policy, mut tags: Tags, from: usize, now: u64) -> Tags {
         let (cfg, sent) = gigabit_member();
-        let (mut htb, mut tags, now) = (Htb::default(), Tags::default(), 1_000_000);
-        htb.activate(&mut tags, &cfg, &sent, now);
-        for _ in 0..1000 {
-            let s = Service {
-                sent: &sent,
-                available: 1,
-                backlog: &NoBacklog,
-                from: 1,
-                now,
-            };
-            htb.served(&mut tags, &cfg, &s);
+        let s = Service {
+            sent: &sent,
+            available: 1,
+            backlog: &NoBacklog,
+            from,
+            now,
+        };
+        policy.served(&mut tags, &cfg, &s);
+        tags
+    }
+
+    #[test]
+    fn htb_charges_each_queue_for_its_own_service_and_hclock_shares_for_all() {
+        // 1500 B at 1 Gbit/s are 12 us of reservation; at weight 1, 1500 << 16 share units.
+        let now = 1_000_000;
+        let start = Tags { a: now, b: 5, c: 0 };
+        let share = 5 + (1500 << 16);
+        for (policy, from_reservation, from_share) in [
+            (
+                &mut HClock::default() as &mut dyn Policy,
+                (now + 12_000, share),
+                (now, share),
+            ),
+            (&mut Htb::default(), (now + 12_000, 5), (now, share)),
+        ] {
+            let t = after_one(policy, start, 0, now);
+            assert_eq!(
+                (t.a, t.b),
+                from_reservation,
+                "{} reservation",
+                policy.name()
+            );
+            let t = after_one(policy, start, 1, now);
+            assert_eq!((t.a, t.b), from_share, "{} share", policy.name());
+            // What `keeps` promises the tree: the other queue's rank is as it was.
+            for from in [0, 1] {
+                if let Some(kept) = policy.keeps(from) {
+                    let t = after_one(policy, start, from, now);
+                    assert_eq!(
+                        [t.a, t.b][kept],
+                        [start.a, start.b][kept],
+                        "{}",
+                        policy.name()
+                    );
+                }
+            }
         }
-        assert_eq!(tags.a, now + 12_000);
+    }
+
+    #[test]
+    fn a_member_served_ahead_of_its_tag_owes_one_packet_at_most() {
+        // Not a path the tree takes (it serves a reservation when due), but a tiny rate's
+        // tag must not run away if it did: served at one instant 1000 times, the tag is one
+        // packet (12 us) ahead.
+        let mut htb = Htb::default();
+        let mut tags = Tags::default();
+        for _ in 0..1000 {
+            tags = after_one(&mut htb, tags, 0, 1_000_000);
+        }
+        assert_eq!(tags.a, 1_000_000 + 12_000);
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! queued keep their order.
 
 use super::{NodeId, Scheduler, place};
+use crate::builder::widened_reservation_queue;
 use crate::flow::Member;
 use crate::gate::{Gate, capped, leaf_cap, retune};
 use crate::policy::{MemberCfg, Policy};
 use crate::units::Rate;
+use sluice_queue::RankQueue;
 
 impl Scheduler {
     /// Change a node's rate limit (`None` removes it) and burst (at most
@@ -67,31 +69,71 @@ impl Scheduler {
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
     /// time `now`; on a root that is a leaf, its flows'. False, and nothing changed, for an
     /// internal root. It holds from `now`: service the node had ahead of the old reservation
-    /// is paid at the new one, and a new reservation claims nothing from before `now`. The
-    /// reservation queue's window was sized for the slowest reservation the node was built
-    /// with; a slower one can put tags past it, where they are filed at its edge and ordered
-    /// approximately ([`SchedStats::ranks_clamped`] counts them).
-    ///
-    /// [`SchedStats::ranks_clamped`]: super::SchedStats::ranks_clamped
+    /// is paid at the new one, and a new reservation claims nothing from before `now`. A
+    /// reservation slower than the node's bucketed reservation queue was sized for widens its
+    /// buckets to what a build with it would give, unless the policy gave their granularity
+    /// (docs/policy-files.md): at the edge of a window too narrow, a tag not due for long hid
+    /// the due ones behind it.
     pub fn set_reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
         self.clock = self.clock.max(now);
         let Some(cfg) = self.member_cfg_mut(n) else {
             return false;
         };
         if let Some(was) = cfg.edit(|c| c.reservation = rate) {
+            self.fit_reservation_queue(self.ranked_by(n).0);
             self.reconfigured(n, &was, self.clock);
         }
         true
+    }
+
+    /// The node that ranks node `n` as a member, and `n`'s slot there: its parent, or for a
+    /// root (a leaf whose flows are its members) itself.
+    fn ranked_by(&self, n: NodeId) -> (NodeId, usize) {
+        match self.nodes[n as usize].parent {
+            Some(p) => (p, self.nodes[n as usize].slot as usize),
+            None => (n, 0),
+        }
+    }
+
+    /// Widen node `n`'s reservation queue if its members' reservations now need it
+    /// ([`widened_reservation_queue`]): rebuilt, its members moved in their order.
+    /// O(members). A queue is only ever widened.
+    fn fit_reservation_queue(&mut self, n: NodeId) {
+        let capacity = self.capacity();
+        let node = &mut self.nodes[n as usize];
+        if !node.widens {
+            return;
+        }
+        let Some((wider, span)) = widened_reservation_queue(
+            &node.queue_specs[0],
+            &node.policy,
+            &node.member_cfg,
+            self.max_packet,
+            capacity,
+        ) else {
+            return;
+        };
+        let Ok(queue) = wider.build::<u32>() else {
+            return; // the old one keeps ordering as it can
+        };
+        let mut old = std::mem::replace(&mut node.queues[0], queue);
+        while let Some(e) = old.pop_min() {
+            let m = if node.leaf {
+                &mut self.flows.flows[e.item as usize].member
+            } else {
+                &mut node.members[e.item as usize]
+            };
+            m.handles[0] = node.queues[0].push(e.rank, e.item).ok();
+            debug_assert!(m.handles[0].is_some(), "a wider queue lost a member");
+        }
+        (node.queue_specs[0], node.rank_spans[0], node.first_seen) = (wider, span, 0);
     }
 
     /// Node `n`'s configuration as a member changed at `now` from `was` (its weight or
     /// reservation, or for a root leaf its flows'): re-rank it, or every flow of the leaf, as
     /// the policy says ([`Policy::reconfigured`]). O(flows in the table) for a leaf.
     fn reconfigured(&mut self, n: NodeId, was: &MemberCfg, now: u64) {
-        let (ranked_by, slot) = match self.nodes[n as usize].parent {
-            Some(p) => (p, self.nodes[n as usize].slot as usize),
-            None => (n, 0),
-        };
+        let (ranked_by, slot) = self.ranked_by(n);
         let node = &mut self.nodes[ranked_by as usize];
         let cfg = &node.member_cfg[slot];
         let mut move_one = |m: &mut Member, item: u32| {
