@@ -343,10 +343,10 @@ pub(crate) struct Node {
     pub member_cfg: Vec<MemberCfg>,
     /// Leaves: pacing rate and burst given to each new flow.
     pub flow_rate: Option<(Rate, u64)>,
+    pub stats: NodeStats,
     /// Whether a slower reservation set at run time widens the reservation queue's buckets
     /// ([`crate::builder::widened_reservation_queue`]).
     pub widens: bool,
-    pub stats: NodeStats,
 }
 
 /// The programmable scheduler. Build one with [`crate::TreeBuilder`] or from a policy file.

@@ -122,8 +122,9 @@ impl Rls {
     }
 
     /// Charge a member for `sent` at `now`: its reservation tag if the reservation queue
-    /// served it (`from` = 0), its share tags if the share queue did or `shares_count_all`
-    /// (hClock: a reservation is a floor, so all a member sends counts against its share), and
+    /// served it (`from` = 0), its share tags if the share queue did or `SHARES_COUNT_ALL`
+    /// (hClock: a reservation is a floor, so all a member sends counts against its share; a
+    /// constant, so that each policy's copy has no test of it), and
     /// the share queue's virtual time only if the share queue served it: SFQ's virtual time is
     /// the start tag of what the *share* phase serves, and letting reservation service move it
     /// would reset everyone's tags to the reserved member's.
@@ -140,12 +141,11 @@ impl Rls {
     /// back (a 5 s dip to 300 Mbit/s under reservations of 600 and 300 left a third member
     /// of the 1 Gbit/s node nothing for 23 s after). As Linux HTB caps a class's tokens at its
     /// burst, what it could not get beyond that is forgotten.
-    fn charge(
+    fn charge<const SHARES_COUNT_ALL: bool>(
         &mut self,
         tags: &mut Tags,
         cfg: &MemberCfg,
         s: &Service<'_>,
-        shares_count_all: bool,
     ) {
         let sent = s.sent;
         if let (Some(res), 0) = (cfg.reservation, s.from) {
@@ -162,7 +162,7 @@ impl Rls {
         if s.from == 1 {
             self.clock.start(tags.b);
         }
-        if s.from == 1 || shares_count_all {
+        if s.from == 1 || SHARES_COUNT_ALL {
             // The finish tag F, and the next share start: F while the member stays
             // backlogged, as in WFQ (fair.rs's `served` says why not max(V, F)); `activate`
             // takes max(V, F) when it comes back.
@@ -301,7 +301,7 @@ impl Policy for HClock {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s, true);
+        self.0.charge::<true>(tags, cfg, s);
         Rls::ranks(tags, cfg)
     }
     fn keeps(&self, from: usize) -> Option<usize> {
@@ -326,7 +326,7 @@ impl Policy for Htb {
     }
     rls_common!();
     fn served(&mut self, tags: &mut Tags, cfg: &MemberCfg, s: &Service<'_>) -> [Rank; 2] {
-        self.0.charge(tags, cfg, s, false);
+        self.0.charge::<false>(tags, cfg, s);
         Rls::ranks(tags, cfg)
     }
     fn keeps(&self, from: usize) -> Option<usize> {
