@@ -49,7 +49,7 @@ use crate::classify::{Classifier, RuleIndex};
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
 use crate::gate::{Gate, GateLine, Pacing, leaf_cap, own_rate, retune};
 use crate::packet::{FlowId, Meta, Packet};
-use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT, Service};
+use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT};
 use crate::units::Rate;
 use sluice_queue::{
     AnyQueue, Handle, Overflow, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
@@ -952,20 +952,23 @@ impl Scheduler {
                     )
                 };
                 m.available -= 1;
-                let backlog = FlowBacklog {
+                let available = m.available;
+                let slab = &self.packets.items[..];
+                let backlog = move || FlowBacklog {
                     head,
-                    available: m.available,
+                    available,
                     slots,
-                    slab: &self.packets.items,
+                    slab,
                 };
-                let s = Service {
-                    sent: meta,
-                    available: m.available,
-                    backlog: &backlog,
-                    from: step.from,
+                let ranks = node.policy.served_by(
+                    &mut m.tags,
+                    cfg,
+                    meta,
+                    available,
+                    backlog,
+                    step.from,
                     now,
-                };
-                let ranks = node.policy.served(&mut m.tags, cfg, &s);
+                );
                 if m.available > 0 {
                     let served = Served {
                         from: step.from,

@@ -566,6 +566,37 @@ macro_rules! with_policy {
     };
 }
 
+impl AnyPolicy {
+    /// [`Policy::served`] from the service's parts: each policy's arm builds its own
+    /// [`Service`] (and the member's backlog, from `backlog`), so that a policy whose `served`
+    /// is inlined reads the parts where they are instead of from a `Service` written to memory
+    /// before the dispatch (callgrind, hclock at 1e3 flows: 1342 -> 1326 instructions per packet).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn served_by<B: Backlog>(
+        &mut self,
+        tags: &mut Tags,
+        cfg: &MemberCfg,
+        sent: &Meta,
+        available: u32,
+        backlog: impl FnOnce() -> B,
+        from: usize,
+        now: u64,
+    ) -> [Rank; 2] {
+        with_policy!(self, p => {
+            let backlog = backlog();
+            let s = Service {
+                sent,
+                available,
+                backlog: &backlog,
+                from,
+                now,
+            };
+            p.served(tags, cfg, &s)
+        })
+    }
+}
+
 impl Policy for AnyPolicy {
     fn name(&self) -> &'static str {
         with_policy!(self, p => p.name())
