@@ -426,10 +426,17 @@ impl<T: Copy> BucketStore<T> {
     /// alone or the handle is stale.
     #[inline(always)]
     pub(crate) fn alone(&self, handle: Handle) -> Option<(usize, Rank)> {
-        let (idx, slot) = self.locate(handle)?;
-        let c = &self.chunks[idx as usize];
-        // The head is live, so [head, tail) = [slot, slot + 1) holds this entry alone.
-        let alone = c.head == slot && c.tail == slot + 1 && c.prev == NIL && c.next == NIL;
+        let (idx, slot) = split(handle);
+        let c = self.chunks.get(idx as usize)?;
+        // `locate` and the test in one (pfabric at 1e3 flows, callgrind: 892.3 -> 874.4
+        // instructions per packet): the head of a linked chunk is live (module note) and a
+        // freed chunk's generation has moved on, so with the generation matching,
+        // [head, tail) = [slot, slot + 1) holds this entry alone, and no dead bit need be read.
+        let alone = c.generation == handle.generation()
+            && c.head == slot
+            && c.tail == slot + 1
+            && c.prev == NIL
+            && c.next == NIL;
         alone.then_some((c.bucket as usize, c.ranks[slot as usize]))
     }
 
@@ -447,7 +454,10 @@ impl<T: Copy> BucketStore<T> {
         item: T,
     ) -> Option<usize> {
         let (from, _) = self.alone(handle)?;
-        if from != bucket && self.lists[bucket].head != NIL {
+        // Through slices: each store through the vectors would otherwise reload their pointer
+        // and length (callgrind, pfabric at 1e3 flows: 874.4 -> 870.4 instructions per packet).
+        let lists = &mut self.lists[..];
+        if from != bucket && lists[bucket].head != NIL {
             return None;
         }
         let (idx, slot) = split(handle);
@@ -455,8 +465,8 @@ impl<T: Copy> BucketStore<T> {
         c.ranks[slot as usize] = rank;
         c.items[slot as usize] = item;
         c.bucket = bucket as u32;
-        self.lists[from] = EMPTY_LIST;
-        self.lists[bucket] = BucketList {
+        lists[from] = EMPTY_LIST;
+        lists[bucket] = BucketList {
             head: idx,
             tail: idx,
         };
@@ -613,6 +623,34 @@ mod tests {
         assert_eq!((st.pushed, st.removed), (2 + 3, 2 + 1));
         let order: Vec<u32> = std::iter::from_fn(|| s.pop_front(2).map(|e| e.item)).collect();
         assert_eq!(order, [1, 2]);
+        s.check();
+    }
+
+    /// `alone` reads no dead bit: an entry is alone only as its chunk's live head and tail,
+    /// and the handles of entries that left, freed chunks and reused ones are all refused.
+    #[test]
+    fn alone_tells_a_lone_entry_from_a_gone_one() {
+        let mut s = BucketStore::new(2, 100).unwrap();
+        let a = s.push_back(0, 1, 1u32).unwrap();
+        let b = s.push_back(0, 2, 2u32).unwrap();
+        assert_eq!(s.alone(a), None, "b follows it");
+        assert_eq!(s.alone(b), None, "behind a");
+        // Removing the head moves it past the dead slot: b is alone, a is gone.
+        assert!(s.remove(a).is_ok());
+        assert_eq!(s.alone(a), None);
+        assert_eq!(s.alone(b), Some((0, 2)));
+        // Popped: the chunk is freed, then reused by the next push; neither old handle is alone.
+        assert_eq!(s.pop_front(0).map(|e| e.item), Some(2));
+        assert_eq!(s.alone(b), None);
+        let c = s.push_back(1, 3, 3u32).unwrap();
+        assert_eq!(split(c).0, split(b).0, "the freed chunk is reused");
+        assert_eq!((s.alone(a), s.alone(b)), (None, None));
+        assert_eq!(s.alone(c), Some((1, 3)));
+        // A middle entry removed: the one after it is not alone while the head is live.
+        let d = s.push_back(1, 4, 4u32).unwrap();
+        let e = s.push_back(1, 5, 5u32).unwrap();
+        assert!(s.remove(d).is_ok());
+        assert_eq!((s.alone(d), s.alone(e)), (None, None));
         s.check();
     }
     #[test]
