@@ -214,7 +214,13 @@ impl QueueSpec {
 }
 
 /// Any structure behind the contract.
+///
+/// An explicit one-byte tag (`repr(u8)`): the dispatch of every call reads it and jumps,
+/// where the niche the compiler chose (in one variant's first word) took a 64-bit compare and
+/// a select to decode first; callgrind at 1e3 flows, instructions per packet: pfabric 847.6 ->
+/// 835.6, hclock 1325.5 -> 1306.3, fq_pacing 1341.4 -> 1323.3, eiffel_fig47 1928.4 -> 1896.0.
 #[allow(missing_docs)]
+#[repr(u8)]
 pub enum AnyQueue<T> {
     TimingWheel(TimingWheel<T>),
     Ffs(FfsQueue<T>),
