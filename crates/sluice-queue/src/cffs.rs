@@ -319,7 +319,7 @@ impl<T: Copy, I: BucketIndex> RankQueue<T> for CircularQueue<T, I> {
         self.store.front(self.first()?.0)
     }
 
-    #[inline]
+    #[inline(always)]
     fn peek_upcoming(&self) -> Option<(Entry<T>, Upcoming<'_, T>)> {
         self.store.front_and_items(self.first()?.0)
     }

@@ -52,7 +52,7 @@ use crate::packet::{FlowId, Meta, Packet};
 use crate::policy::{ABSENT, AnyPolicy, Backlog, MemberCfg, Mode, Policy, REBASE_AT};
 use crate::units::Rate;
 use sluice_queue::{
-    AnyQueue, Handle, Overflow, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
+    AnyQueue, Entry, Handle, Overflow, QueueSpec, Rank, RankQueue, UPCOMING, Upcoming, prefetch,
 };
 use std::fmt;
 
@@ -1146,17 +1146,30 @@ fn pick<'q>(
 ) -> Option<(u32, Rank, usize, Upcoming<'q, u32>)> {
     if dual {
         if now >= *first_seen {
-            match queues[0].peek_upcoming() {
+            match peek_upcoming(&queues[0]) {
                 Some((e, up)) if e.rank <= now => return Some((e.item, e.rank, 0, up)),
                 Some((e, _)) => *first_seen = e.rank,
                 None => *first_seen = Rank::MAX,
             }
         }
-        let (e, up) = queues[1].peek_upcoming()?;
+        let (e, up) = peek_upcoming(&queues[1])?;
         return Some((e.item, e.rank, 1, up));
     }
     let (e, up) = queues[0].peek_upcoming()?;
     Some((e.item, e.rank, 0, up))
+}
+
+/// [`RankQueue::peek_upcoming`], with cFFS's (what `auto` gives hClock's two queues) inlined,
+/// so that a dual node's pick skips the dispatch's jump, its register saves and the answer
+/// written to memory: callgrind, hclock at 1e3 flows, 1326.5 -> 1291.9 instructions per
+/// packet, 1209.3 -> 1172.3 at 1e6. Single-queue nodes keep the one call (inlined there too,
+/// pfabric, whose queue is no cFFS, took 5 more).
+#[inline(always)]
+fn peek_upcoming(q: &AnyQueue<u32>) -> Option<(Entry<u32>, Upcoming<'_, u32>)> {
+    match q {
+        AnyQueue::Cffs(c) => c.peek_upcoming(),
+        q => q.peek_upcoming(),
+    }
 }
 
 /// Start loading the flows that a per-member leaf serves after the one it serves now
