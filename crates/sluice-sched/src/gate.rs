@@ -104,7 +104,10 @@ impl Gate {
 
     /// Stamp a packet of `len` bytes arriving at `now`: its release time in ns (<= `now` means
     /// it may go at once).
-    #[inline]
+    // Always inlined: enqueue stamps every packet at its flow's gate, and as a call (its
+    // register saves) it cost callgrind, hclock at 1e3 flows, 1269.6 -> 1261.7 instructions
+    // per packet, 1145.8 -> 1135.8 at 1e6.
+    #[inline(always)]
     pub fn stamp(&mut self, now: u64, len: u32) -> u64 {
         let now_fp = u128::from(now) << 32;
         // A backlogged gate (its last timestamp at or past now) starts from it whatever the
