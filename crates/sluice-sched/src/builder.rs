@@ -785,10 +785,10 @@ impl TreeBuilder {
             (shaper, plan.shaper),
             plan.horizon,
             plan.beyond_horizon,
-            plan.max_packet,
         )
         .map(|mut s| {
             s.ignored = plan.ignored;
+            s.max_packet = plan.max_packet;
             s
         })
         .map_err(|_| BuildError::OutOfMemory(plan.capacity.max(plan.flows)))

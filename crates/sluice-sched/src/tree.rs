@@ -419,7 +419,6 @@ impl Scheduler {
         shaper: (AnyQueue<u32>, QueueSpec),
         horizon: Horizon,
         beyond_horizon: Overflow,
-        max_packet: u32,
     ) -> Result<Self, std::collections::TryReserveError> {
         let (shaper, shaper_spec) = shaper;
         let state_bytes = flow_capacity * std::mem::size_of::<crate::flow::Flow>()
@@ -435,7 +434,7 @@ impl Scheduler {
         Ok(Scheduler {
             rebase_order,
             ignored: Vec::new(),
-            max_packet,
+            max_packet: u32::from(u16::MAX) + 1,
             prefetch: state_bytes > PREFETCH_MIN_BYTES,
             nodes,
             rule_index: Some(RuleIndex::new(&classifier))
