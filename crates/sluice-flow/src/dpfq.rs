@@ -274,10 +274,11 @@ pub struct DpfqStats {
 /// Two engine-local shortcuts keep the shared atomics off the per-packet path: a cache of up to
 /// [`RING_CACHE`] free rings in front of the pool's stack, and a reserve of the pool's packet
 /// budget taken in batches of up to [`PACKET_BATCH`]. Both stay small against the pool (an
-/// eighth of its rings, a 64th of its bound, at most twice that between refills), and both go
-/// back to the pool when the engine's queues are dropped. [`RingPool::packets`] counts reserved
-/// budget as used, so the bound is never exceeded; another engine may see it reached up to
-/// `2 * batch` packets early.
+/// eighth of its rings, a 64th of its bound, at most twice that between refills). Both go back
+/// to the pool when the engine's queues are dropped, and, if the pool is shared, whenever they
+/// empty: only engines holding packets keep any. [`RingPool::packets`] counts reserved budget as
+/// used, so the bound is never exceeded; another engine may see it reached up to `2 * batch`
+/// packets early per busy engine.
 pub struct Dpfq {
     pool: Arc<RingPool>,
     flows: Vec<FlowQueue>,
@@ -536,7 +537,9 @@ impl Dpfq {
         // The packet's budget returns to the reserve; a reserve that grew past two batches goes
         // back to the pool down to one batch less one (with a batch of 1: none is kept).
         self.reserve += 1;
-        if self.reserve >= 2 * self.batch - 1 {
+        if self.packets == 0 && Arc::strong_count(&self.pool) > 1 {
+            self.release_idle();
+        } else if self.reserve >= 2 * self.batch - 1 {
             let keep = self.batch - 1;
             self.pool
                 .packets
@@ -544,6 +547,24 @@ impl Dpfq {
             self.reserve = keep;
         }
         Some(item)
+    }
+
+    /// The engine's queues emptied and it shares the pool: give back its reserved budget and
+    /// its cached rings. An idle engine may stay idle for good, and what it keeps no other
+    /// engine can use: 64 idle engines kept the whole packet bound (a batch is a 64th of it),
+    /// eight the whole pool of rings (a cache is an eighth), and then nobody could queue a
+    /// packet with none held anywhere. A busy engine keeps both (its next pushes and pops use
+    /// them); an engine that empties after every packet pays a refill and a return per packet,
+    /// uncontended when the traffic is that light.
+    #[cold]
+    fn release_idle(&mut self) {
+        if self.reserve > 0 {
+            self.pool.packets.fetch_sub(self.reserve, Ordering::Relaxed);
+            self.reserve = 0;
+        }
+        for ring in self.cache.drain(..) {
+            self.pool.give(ring);
+        }
     }
 
     /// Rings `flow` holds now.

@@ -94,3 +94,60 @@ fn engines_share_memory_and_keep_order() {
     assert_eq!(pool.packets(), 0);
     assert_eq!(pool.free_rings(), 256);
 }
+
+#[test]
+fn engines_that_went_idle_keep_no_budget_from_the_others() {
+    // A bound of 2048 packets shared by 64 engines (a datapath's links share one pool): batches
+    // of 32. Each engine queues one packet and passes it on. An idle engine used to keep the
+    // batch it had reserved for its next packets, so 64 idle engines held the whole bound with
+    // not one packet queued anywhere: a burst on one engine was refused after its own 32, and
+    // an engine with no reserve of its own could not queue a single packet, for good (lossless
+    // mode refuses with backpressure until packets leave, and none would).
+    let pool = RingPool::new(512, 8, 2048).unwrap();
+    let mut engines: Vec<Dpfq> = (0..64).map(|_| Dpfq::new(pool.clone(), 4)).collect();
+    for e in &mut engines {
+        e.push(0, 1).unwrap();
+        assert_eq!(e.pop(0), Some(1));
+    }
+    assert!(engines.iter().all(|e| e.packets() == 0));
+    assert_eq!(pool.packets(), 0, "idle engines hold no budget");
+    let mut late = Dpfq::new(pool.clone(), 4);
+    assert!(
+        late.push(0, 7).is_ok(),
+        "nothing is held, yet the bound is reached"
+    );
+    assert_eq!(late.pop(0), Some(7));
+    // A burst on one engine gets the bound, less what the others may hold in reserve.
+    let mut n = 0;
+    while engines[0].push(n % 4, n).is_ok() {
+        n += 1;
+    }
+    assert!(n >= 2048 - 64, "a burst got {n} of 2048");
+}
+
+#[test]
+fn engines_that_went_idle_keep_no_rings_from_the_others() {
+    // 64 rings of two packets shared by eight engines: each keeps up to 8 free rings in its
+    // own cache. Each engine queues a burst of 18 packets of one flow (two inline, sixteen in
+    // eight rings) and passes them on. Idle engines used to keep those rings cached, so the
+    // eight held all 64 and a ninth engine could not queue a third packet of any flow, with
+    // not one packet held anywhere.
+    let pool = RingPool::new(64, 2, 64).unwrap();
+    let mut engines: Vec<Dpfq> = (0..8).map(|_| Dpfq::new(pool.clone(), 2)).collect();
+    for e in &mut engines {
+        for i in 0..18 {
+            e.push(0, i).unwrap();
+        }
+        for i in 0..18 {
+            assert_eq!(e.pop(0), Some(i));
+        }
+    }
+    assert_eq!(pool.free_rings(), 64, "idle engines keep no ring");
+    let mut late = Dpfq::new(pool.clone(), 2);
+    for i in 0..3 {
+        assert!(
+            late.push(1, i).is_ok(),
+            "nothing is held, yet no ring is free"
+        );
+    }
+}
