@@ -360,19 +360,21 @@ impl DoorbellRx for LaneRx {
     /// admits; the rest stay in the lane, in order, for the next poll) and return the doorbell
     /// for what was moved.
     fn poll(&mut self, queues: &mut Dpfq) -> Option<Doorbell> {
-        let d = match self.partial.take() {
-            Some(d) => d,
-            None => self.bells.pop().ok()?,
-        };
-        if d.flow as usize >= queues.flows() {
-            // No queue will ever take these items: discard them (counted) so that the lane
-            // goes on with the next doorbell.
+        let d = loop {
+            let d = match self.partial.take() {
+                Some(d) => d,
+                None => self.bells.pop().ok()?,
+            };
+            if (d.flow as usize) < queues.flows() {
+                break d;
+            }
+            // No queue will ever take these items: discard them (counted) and go on with the
+            // next doorbell (`None` here would tell the engine the lane is empty).
             for _ in 0..d.count {
                 let _ = self.items.pop();
             }
             self.unknown_flow += 1;
-            return None;
-        }
+        };
         let mut moved = 0;
         while moved < d.count {
             // The producer published these items before the doorbell (release/acquire).

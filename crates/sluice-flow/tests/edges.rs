@@ -1,9 +1,10 @@
 //! Edge cases an audit found, each once a bug: a source the scheduler refused was never
 //! forgotten; a paused-sources queue that could refuse a rank lost the source; bad flow ids
-//! were counted as memory bounds and blocked a doorbell lane for good; a source that could
-//! send at once ranked 0 among sources paused by rate limit and unsorted them; a new flow given
-//! a forgotten flow's source id spent that flow's resume credit to pass paused sources. (An
-//! engine that stalled and installed an old rate is tested in `engine.rs`.)
+//! were counted as memory bounds and blocked a doorbell lane for good (then ended the drain
+//! they were read in); a source that could send at once ranked 0 among sources paused by rate
+//! limit and unsorted them; a new flow given a forgotten flow's source id spent that flow's
+//! resume credit to pass paused sources. (An engine that stalled and installed an old rate is
+//! tested in `engine.rs`.)
 
 use sluice_flow::admission::{Admission, AdmissionConfig, PausedOrder, Probe, Verdict};
 use sluice_flow::completion::Completions;
@@ -172,4 +173,21 @@ fn a_new_flow_on_a_reused_source_id_has_no_resume_credit() {
     );
     assert_eq!(p.admission().paused(), 2, "D waits behind A");
     p.check();
+}
+
+#[test]
+fn a_doorbell_for_an_unknown_flow_does_not_end_a_drain() {
+    // The lane was told 100 flows, the engine has 8. Flow 50's doorbell is discarded; the
+    // poll used to report the lane empty on it, so the drain stopped (returned 0, counted an
+    // empty poll) with flow 3's doorbell still waiting behind: a host that sleeps when a drain
+    // takes nothing slept on a packet it could have delivered.
+    let (mut tx, rx) = lane(100, 8, 32).unwrap();
+    let mut e = DoorbellEngine::new(RingPool::new(16, 4, 64).unwrap(), 8, vec![rx]).unwrap();
+    tx.send(50, &[1]).unwrap();
+    tx.send(3, &[2]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(e.drain(usize::MAX, |f, i| got.push((f, i))), 1);
+    assert_eq!(got, [(3, 2)]);
+    assert_eq!(e.rings()[0].unknown_flow(), 1);
+    assert_eq!(e.stats().doorbells, 1);
 }
