@@ -542,3 +542,144 @@ mod engines {
         }
     }
 }
+
+/// Doorbell lanes from two producers, stepped in one thread in any interleaving, over a data
+/// queue pool so small that doorbells are cut by the memory bound and by the drain budget,
+/// with doorbells for flows the engine does not have: every item of a known flow is taken
+/// exactly once, in its producer's order for that flow, and nothing is left at the end.
+mod lanes {
+    use super::*;
+    use sluice_flow::doorbell::{DoorbellEngine, PostError, lane};
+    use sluice_flow::dpfq::RingPool;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn two_producers_every_item_once_in_order(
+            bound in 1usize..8,
+            ops in prop::collection::vec((0u8..3, 0u32..6, 1usize..5, 0usize..6), 0..200),
+        ) {
+            const KNOWN: u32 = 5;
+            let pool = RingPool::new(8, 2, bound).unwrap();
+            let (mut tx0, rx0) = lane(6, 3, 6).unwrap();
+            let (mut tx1, rx1) = lane(6, 3, 6).unwrap();
+            let mut e = DoorbellEngine::new(pool, KNOWN as usize, vec![rx0, rx1]).unwrap();
+            // Items: producer << 24 | flow << 16 | seq.
+            let mut next = [[0u32; 6]; 2];
+            let mut expect = [[0u32; 6]; 2];
+            let mut sent_known = 0usize;
+            let mut taken = 0usize;
+            let take = |f: u32, item: u32, expect: &mut [[u32; 6]; 2]| {
+                let (p, fl, seq) = ((item >> 24) as usize, (item >> 16) & 0xff, item & 0xffff);
+                assert_eq!(fl, f, "item delivered for another flow");
+                assert!(f < KNOWN);
+                assert_eq!(seq, expect[p][f as usize], "producer {p} flow {f}: order or duplicate");
+                expect[p][f as usize] += 1;
+            };
+            for (op, flow, n, budget) in ops {
+                match op {
+                    0 | 1 => {
+                        let p = op as usize;
+                        let run: Vec<u32> = (0..n as u32)
+                            .map(|k| (p as u32) << 24 | flow << 16 | (next[p][flow as usize] + k))
+                            .collect();
+                        let tx = if p == 0 { &mut tx0 } else { &mut tx1 };
+                        match tx.send(flow, &run) {
+                            Ok(()) => {
+                                next[p][flow as usize] += n as u32;
+                                if flow < KNOWN {
+                                    sent_known += n;
+                                }
+                            }
+                            Err(PostError::Full) => {}
+                            Err(err) => panic!("{err}"),
+                        }
+                    }
+                    _ => {
+                        taken += e.drain(budget, |f, i| take(f, i, &mut expect));
+                    }
+                }
+                prop_assert!(taken <= sent_known);
+            }
+            for _ in 0..1000 {
+                if e.drain(usize::MAX, |f, i| take(f, i, &mut expect)) == 0
+                    && e.rings().iter().all(|r| r.is_empty())
+                {
+                    break;
+                }
+            }
+            let total: u32 = expect.iter().flat_map(|p| p[..KNOWN as usize].iter()).sum();
+            prop_assert_eq!(total as usize, sent_known, "items left behind");
+            prop_assert!(e.rings().iter().all(|r| r.is_empty()));
+            prop_assert_eq!(e.stats().packets as usize, sent_known);
+            for f in 0..KNOWN {
+                prop_assert!(e.queues().is_empty(f));
+            }
+        }
+    }
+}
+
+/// A paused-sources queue of any kind a policy may name (`PausedOrder::Rank`), with ranks in
+/// and far beyond its range: every paused source is resumed in the end, and the buffer drains
+/// (a queue whose `pop_min` came up empty while it held a source would pause it for good).
+mod any_paused_queue {
+    use super::*;
+    use sluice_flow::admission::{Admission, AdmissionConfig, PausedOrder, Verdict};
+    use sluice_queue::{QueueKind, QueueSpec};
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_kind_resumes_every_paused_source(
+            kind in 0usize..QueueKind::ALL.len(),
+            granularity in prop_oneof![Just(1u64), 1u64..64],
+            capacity in 1usize..4,
+            backlog in prop::collection::vec(0u32..6, 1..12),
+            ranks in prop::collection::vec(prop_oneof![0u64..64, 0u64..1_000_000, Just(u64::MAX)], 12),
+        ) {
+            let n = backlog.len();
+            let spec = QueueSpec::new(QueueKind::ALL[kind], 64, granularity, n);
+            let Ok(mut adm) = Admission::new(AdmissionConfig {
+                order: PausedOrder::Rank(spec),
+                ..AdmissionConfig::new(capacity, n)
+            }) else {
+                panic!("kind {:?} g {}", QueueKind::ALL[kind], granularity);
+            };
+            let mut backlog = backlog;
+            let mut buffer = VecDeque::new();
+            let mut todo: VecDeque<u32> = (0..n as u32).collect();
+            let mut steps = 0;
+            loop {
+                while let Some(s) = todo.pop_front() {
+                    loop {
+                        if backlog[s as usize] == 0 {
+                            if let Some(r) = adm.idle(s) {
+                                todo.push_back(r);
+                            }
+                            break;
+                        }
+                        match adm.offer(s, ranks[s as usize]) {
+                            Verdict::Admit => {
+                                backlog[s as usize] -= 1;
+                                buffer.push_back(s);
+                            }
+                            _ => break,
+                        }
+                    }
+                    adm.check();
+                }
+                let Some(s) = buffer.pop_front() else { break };
+                if let Some(r) = adm.departed(s) {
+                    todo.push_back(r);
+                }
+                todo.push_back(s);
+                steps += 1;
+                prop_assert!(steps < 10_000);
+            }
+            prop_assert!(backlog.iter().all(|&b| b == 0), "stuck: {:?}, paused {}", backlog, adm.paused());
+            prop_assert_eq!(adm.paused(), 0);
+        }
+    }
+}
