@@ -403,7 +403,15 @@ impl Nba {
         self.allocations
     }
 
+    /// Engine `engine`'s slot for aggregate `a`. Panics on an engine or aggregate out of
+    /// range (a caller's bug): the slots are one flat array, and an engine past the end would
+    /// otherwise read another aggregate's slot.
     fn slot(&self, engine: usize, a: AggregateId) -> &Slot {
+        assert!(
+            engine < self.engines,
+            "engine {engine} out of range (there are {})",
+            self.engines
+        );
         &self.slots[a * self.engines + engine]
     }
 
@@ -680,6 +688,18 @@ mod tests {
             vec![500 * M, 500 * M]
         );
         assert_eq!(water_fill(G, H, &[b(5000), b(0)]), vec![990 * M, H]);
+    }
+
+    #[test]
+    #[should_panic(expected = "engine 2 out of range")]
+    fn an_engine_out_of_range_panics_instead_of_reading_another_aggregate() {
+        // Two engines, two aggregates: slot (engine 2, aggregate 0) would be (0, 1).
+        let aggs = [
+            Aggregate::new("a", Rate::mbit(100)),
+            Aggregate::new("b", Rate::mbit(200)),
+        ];
+        let nba = Nba::new(2, &aggs, NbaConfig::default()).unwrap();
+        let _ = nba.allocation(2, 0);
     }
 
     #[test]
