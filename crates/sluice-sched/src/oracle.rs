@@ -673,6 +673,10 @@ impl OracleTree {
     /// contract as [`crate::Scheduler::set_reservation`]).
     pub fn set_reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
         self.clock = self.clock.max(now);
+        let ranked_by = self.nodes[n as usize].parent.unwrap_or(n);
+        if !self.nodes[ranked_by as usize].policy.dual() {
+            return false;
+        }
         let Some(cfg) = self.cfg_of(n) else {
             return false;
         };

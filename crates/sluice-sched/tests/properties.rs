@@ -2624,23 +2624,41 @@ proptest! {
 
 /// Weights and reservations belong to a node's place in its parent; a root that is a leaf
 /// has its flows' instead, and an internal root has none to change. A weight counts only
-/// under a parent that shares by weight.
+/// under a parent that shares by weight, a reservation only under one that guarantees them
+/// (hclock, htb): elsewhere the change is refused, not taken and ignored.
 #[test]
 fn only_an_internal_root_has_no_weight_to_change() {
-    let mut b = TreeBuilder::new(cfg(64));
-    let root = b.root(NodeSpec::new("root", PolicyKind::Wfq));
-    let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
-    b.default_leaf(a);
-    let mut s = b.build().unwrap();
-    assert!(!s.set_weight(root, 5));
-    assert!(!s.set_reservation(0, root, Some(Rate::mbit(1))));
-    assert!(s.set_weight(a, 5));
-    assert!(s.set_reservation(0, a, Some(Rate::mbit(1))));
-    let mut b = TreeBuilder::new(cfg(64));
-    let root = b.root(NodeSpec::new("flows", PolicyKind::Wfq));
-    b.default_leaf(root);
-    let mut s = b.build().unwrap();
-    assert!(s.set_weight(root, 5));
+    for (parent, reserves) in [
+        (PolicyKind::Wfq, false),
+        (PolicyKind::HClock, true),
+        (PolicyKind::Htb, true),
+    ] {
+        let mut b = TreeBuilder::new(cfg(64));
+        let root = b.root(NodeSpec::new("root", parent));
+        let a = b.child(root, NodeSpec::new("a", PolicyKind::Fifo));
+        b.default_leaf(a);
+        let mut s = b.build().unwrap();
+        assert!(!s.set_weight(root, 5), "{parent}");
+        assert!(!s.set_reservation(0, root, Some(Rate::mbit(1))), "{parent}");
+        assert!(s.set_weight(a, 5), "{parent}");
+        assert_eq!(
+            s.set_reservation(0, a, Some(Rate::mbit(1))),
+            reserves,
+            "{parent}"
+        );
+    }
+    for (policy, reserves) in [(PolicyKind::Wfq, false), (PolicyKind::HClock, true)] {
+        let mut b = TreeBuilder::new(cfg(64));
+        let root = b.root(NodeSpec::new("flows", policy));
+        b.default_leaf(root);
+        let mut s = b.build().unwrap();
+        assert!(s.set_weight(root, 5), "{policy}");
+        assert_eq!(
+            s.set_reservation(0, root, Some(Rate::mbit(1))),
+            reserves,
+            "{policy}"
+        );
+    }
     // Under a parent that shares by quantum or priority, a weight changes nothing: refused.
     for parent in [PolicyKind::Drr, PolicyKind::Prio] {
         let mut b = TreeBuilder::new(cfg(64));

@@ -68,14 +68,19 @@ impl Scheduler {
 
     /// Change node `n`'s reservation (hClock) or guaranteed rate (HTB) in its parent at run
     /// time `now`; on a root that is a leaf, its flows'. False, and nothing changed, for an
-    /// internal root. It holds from `now`: service the node had ahead of the old reservation
-    /// is paid at the new one, and a new reservation claims nothing from before `now`. A
+    /// internal root and for a node whose parent guarantees no reservations (any policy but
+    /// hclock and htb: [`Policy::dual`]). It holds from `now`: service the node had ahead of
+    /// the old reservation is paid at the new one, and a new reservation claims nothing from
+    /// before `now`. A
     /// reservation slower than the node's bucketed reservation queue was sized for widens its
     /// buckets to what a build with it would give, unless the policy gave their granularity
     /// (docs/policy-files.md): at the edge of a window too narrow, a tag not due for long hid
     /// the due ones behind it.
     pub fn set_reservation(&mut self, now: u64, n: NodeId, rate: Option<Rate>) -> bool {
         self.clock = self.clock.max(now);
+        if !self.nodes[self.ranked_by(n).0 as usize].policy.dual() {
+            return false;
+        }
         let Some(cfg) = self.member_cfg_mut(n) else {
             return false;
         };
