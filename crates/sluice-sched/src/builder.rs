@@ -346,7 +346,8 @@ pub(crate) struct Plan {
 /// How far ahead the one shaper holds a release.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Horizon {
-    /// `slots * slot_ns` for a timing wheel; `u64::MAX` for an exact structure (any time).
+    /// `slots * slot_ns` for a timing wheel (below `u64::MAX` unless it spans every time);
+    /// `u64::MAX` for an exact structure (any time).
     pub ns: u64,
     /// The wheel's slot.
     pub slot_ns: u64,
@@ -712,11 +713,19 @@ impl TreeBuilder {
         shaper.overflow = Overflow::Clamp;
         shaper.build::<u32>().map_err(BuildError::Shaper)?;
         // The wheel holds `slots * slot_ns` ahead of the present; an exact structure, any time.
+        // u64::MAX stands for the latter, and for a wheel that spans every u64 time from any
+        // front (2^64 ns or more). A wheel of exactly u64::MAX ns (3 slots of u64::MAX / 3)
+        // does not: from time 0 its window ends one slot short of u64::MAX, where it clamped a
+        // release at the end of time (a saturated stamp), 195 years early. Its horizon is a
+        // nanosecond shorter: such a release waits beyond it until the window reaches it.
         let horizon = Horizon {
             ns: if s.kind.exact() {
                 u64::MAX
             } else {
-                s.horizon_ns().max(1)
+                match u64::try_from(u128::from(s.slot_ns) * s.slots as u128) {
+                    Ok(ns) => ns.clamp(1, u64::MAX - 1),
+                    Err(_) => u64::MAX,
+                }
             },
             slot_ns: s.slot_ns,
         };

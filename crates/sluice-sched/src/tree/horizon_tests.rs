@@ -289,3 +289,47 @@ fn after_a_step_back_the_host_is_told_when_the_wake_can_come() {
     // At the front's slot, where `START` put it.
     assert_eq!(now, START - START % 1024);
 }
+
+/// A wheel whose horizon is exactly u64::MAX ns (3 slots of u64::MAX / 3) is still a wheel:
+/// its window ends one slot short of u64::MAX at time 0, so a release at the end of time (a
+/// stamp saturates there: 4 GiB at 1 bit/s) waits beyond it until then. (Its horizon read as
+/// that of an exact structure, which holds any time: the release went into the wheel, which
+/// clamped it to its last slot, 195 years early.) A wheel that spans every time (2 slots of
+/// u64::MAX - 1 ns) holds it in the wheel. (Made a nanosecond shorter too, its horizon ended
+/// in the present slot, and the wake for the release was due as soon as it was filed, again
+/// and again: `dequeue` never returned.)
+#[test]
+fn a_wheel_whose_horizon_is_u64_max_holds_a_release_at_the_end_of_time_until_then() {
+    for (slot_ns, slots) in [(u64::MAX / 3, 3), (u64::MAX - 1, 2)] {
+        let cfg = SchedConfig {
+            capacity: 4,
+            flows: 2,
+            shaper: ShaperConfig {
+                slot_ns,
+                slots,
+                ..ShaperConfig::default()
+            },
+            ..SchedConfig::default()
+        };
+        let mut b = TreeBuilder::new(cfg);
+        let mut leaf = NodeSpec::new("leaf", PolicyKind::Fifo);
+        leaf.flow_rate = Rate::new(1);
+        let leaf = b.root(leaf);
+        b.default_leaf(leaf);
+        let mut s = b.build().expect("a valid tree");
+        s.enqueue(0, &packet(0, u32::MAX)).expect("room");
+        s.enqueue(0, &packet(1, u32::MAX)).expect("room");
+        assert_eq!(s.dequeue(0).map(|d| d.token), Some(0));
+        let mut now = 0;
+        while let Some(t) = s.next_event(now) {
+            now = t;
+            if let Some(d) = s.dequeue(now) {
+                assert_eq!(d.token, 1);
+                break;
+            }
+        }
+        // At the start of its slot, as every release in the wheel.
+        let due = u64::MAX - u64::MAX % slot_ns;
+        assert_eq!(now, due, "{slots} x {slot_ns} ns: released before its time");
+    }
+}
