@@ -111,3 +111,71 @@ fn broken_files_fail_with_file_and_line() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The sessions docs/policy-files.md shows are what `sluice policy check` prints: the
+/// description of `three-classes.toml`, and each error line (file, line, column and text) for
+/// the broken files its Errors section describes, made here as it describes them. (The
+/// `htb-leaf.toml` line said 28, where the leaf's `policy` is on line 29 since a line was
+/// added to `htb.toml`'s comment.)
+#[test]
+fn the_sessions_in_the_docs_are_what_check_prints() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let docs = std::fs::read_to_string(root.join("docs/policy-files.md")).expect("docs");
+    let example = |name: &str| {
+        std::fs::read_to_string(root.join("examples/policies").join(name)).expect("example")
+    };
+
+    // The description, as the first session shows it (run from the repository's root).
+    let session = docs
+        .split("```\n$ sluice policy check examples/policies/three-classes.toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the three-classes session in the docs");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["policy", "check", "examples/policies/three-classes.toml"])
+        .current_dir(&root)
+        .output()
+        .expect("run sluice");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), session);
+
+    // The errors, each from a file made as its comment says.
+    let three = example("three-classes.toml");
+    let htb = example("htb.toml");
+    let voip = "name = \"voip\"\nparent = \"office\"\npolicy = \"fifo\"\n";
+    assert!(htb.contains(voip), "htb.toml changed: update this test");
+    let files: [(&str, Option<String>); 4] = [
+        (
+            "three.toml",
+            Some(three.replacen("rate = \"800Mbit\"", "rate = \"800MB\"", 1)),
+        ),
+        (
+            "three2.toml",
+            Some(three.replacen("weight = 6", "wieght = 6", 1)),
+        ),
+        (
+            "htb-leaf.toml",
+            Some(htb.replacen(voip, &voip.replace("fifo", "htb"), 1)),
+        ),
+        ("missing.toml", None),
+    ];
+    let dir = std::env::temp_dir().join(format!("sluice-policy-docs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, body) in &files {
+        if let Some(body) = body {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        let want = docs
+            .lines()
+            .find(|l| l.starts_with(&format!("sluice: error: {name}:")))
+            .unwrap_or_else(|| panic!("no error line for {name} in the docs"));
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["policy", "check", name])
+            .current_dir(&dir)
+            .output()
+            .expect("run sluice");
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        assert_eq!(text(&out.stderr).trim_end(), want, "{name}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
