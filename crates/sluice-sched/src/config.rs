@@ -2134,6 +2134,55 @@ queue = "binary_heap"
         assert!(!d.contains("rule 3 is") && !d.contains("rule 5"), "{d}");
     }
 
+    /// A rule with no condition matches every packet: the `default` after it never receives
+    /// one. It was printed as `classify: default -> bronze` without a word, and `bronze`,
+    /// named by the default, was not noted as a leaf that receives no packet either.
+    #[test]
+    fn the_description_notes_a_default_that_a_catch_all_rule_leaves_unused() {
+        let text = format!(
+            "[scheduler]\ndefault = \"bronze\"\n{}\
+             [[classify]]\nto = \"gold\"\ndscp = 46\n\
+             [[classify]]\nto = \"gold\"\n\
+             [[classify]]\nto = \"bronze\"\nproto = \"udp\"\n",
+            tree_with("")
+        );
+        let s = build_str(&text, "t.toml").unwrap();
+        let d = s.describe();
+        for want in [
+            "classify: any -> gold\n",
+            "note: rule 3 is never reached: rule 2 before it matches all it would\n",
+            "classify: default -> bronze\nnote: the default is never used: rule 2 before it \
+             has no condition and matches every packet\n",
+        ] {
+            assert!(d.contains(want), "missing {want:?} in:\n{d}");
+        }
+        // As the note says: every packet goes to gold, none to the default.
+        let gold = s.node_by_name("gold");
+        for p in [packet_with(None, None), packet_with(Some(46), Some(17))] {
+            assert_eq!(s.classify(&p), gold, "{p:?}");
+        }
+        // A default that some packet can reach is not noted, nor a catch-all rule without one.
+        let reached = text.replace("[[classify]]\nto = \"gold\"\n[[classify]]", "[[classify]]");
+        let d = build_str(&reached, "t.toml").unwrap().describe();
+        assert!(!d.contains("default is never used"), "{d}");
+        let no_default = text.replace("[scheduler]\ndefault = \"bronze\"\n", "");
+        let d = build_str(&no_default, "t.toml").unwrap().describe();
+        assert!(!d.contains("default is never used"), "{d}");
+    }
+
+    /// A packet with only a DSCP value and a protocol, as given.
+    fn packet_with(dscp: Option<u8>, proto: Option<u8>) -> crate::Packet {
+        crate::Packet {
+            len: 100,
+            headers: crate::Headers {
+                dscp,
+                proto,
+                ..crate::Headers::default()
+            },
+            ..crate::Packet::default()
+        }
+    }
+
     #[test]
     fn a_queue_narrower_than_its_ranks_is_noted() {
         // prio on 4 buckets: priorities 4..=255 pile into the last one, in arrival order.

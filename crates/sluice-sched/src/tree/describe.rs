@@ -42,6 +42,15 @@ impl Scheduler {
         match self.classifier.default {
             Some(d) => {
                 let _ = writeln!(out, "classify: default -> {}", name(d));
+                // A rule with no condition matches every packet: none is left for the default.
+                if let Some(k) = rules.iter().position(|r| r.all.is_empty()) {
+                    let _ = writeln!(
+                        out,
+                        "note: the default is never used: rule {} before it has no condition \
+                         and matches every packet",
+                        k + 1
+                    );
+                }
             }
             None if self.classifier.rules.is_empty() => out.push_str(
                 "classify: default -> reject (no_class); note: with no rule and no default, \
