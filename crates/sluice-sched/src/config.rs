@@ -2170,6 +2170,61 @@ queue = "binary_heap"
         assert!(!d.contains("default is never used"), "{d}");
     }
 
+    /// The edges of each condition, compiled from a file and classified: prefixes of length 0
+    /// hold every address of their family only, /32 and /128 one address; ports 0 and 65535
+    /// are ports like the others, and a range matches only packets that have ports; the first
+    /// rule that holds wins.
+    #[test]
+    fn conditions_at_their_edges_match_what_they_say() {
+        let leaves: String = (1..=8)
+            .map(|i| format!("[[node]]\nname = \"l{i}\"\nparent = \"r\"\npolicy = \"fifo\"\n"))
+            .collect();
+        let text = format!(
+            "[scheduler]\ndefault = \"l8\"\n[[node]]\nname = \"r\"\npolicy = \"wfq\"\n{leaves}\
+             [[classify]]\nto = \"l1\"\nsrc = \"2001:db8::1/128\"\n\
+             [[classify]]\nto = \"l2\"\nsrc = \"10.0.0.1/32\"\n\
+             [[classify]]\nto = \"l3\"\nsport = 0\n\
+             [[classify]]\nto = \"l4\"\ndport = \"65535\"\n\
+             [[classify]]\nto = \"l5\"\ndst = \"::/0\"\n\
+             [[classify]]\nto = \"l6\"\ndst = \"0.0.0.0/0\"\ndport = \"0-65535\"\n\
+             [[classify]]\nto = \"l7\"\nvlan = 4095\n"
+        );
+        let s = build_str(&text, "t.toml").unwrap();
+        let at = |src: &str, dst: &str, ports: Option<(u16, u16)>, vlan: Option<u16>| {
+            let p = crate::Packet {
+                len: 100,
+                headers: crate::Headers {
+                    src: src.parse().ok(),
+                    dst: dst.parse().ok(),
+                    sport: ports.map(|(s, _)| s),
+                    dport: ports.map(|(_, d)| d),
+                    vlan,
+                    ..crate::Headers::default()
+                },
+                ..crate::Packet::default()
+            };
+            s.classify(&p).map(|l| s.node_name(l).to_string())
+        };
+        for (src, dst, ports, vlan, leaf) in [
+            ("2001:db8::1", "10.9.9.9", Some((1, 1)), None, "l1"),
+            ("2001:db8::2", "2001:db8::9", None, None, "l5"),
+            ("10.0.0.1", "10.9.9.9", Some((0, 0)), None, "l2"),
+            ("10.0.0.2", "10.9.9.9", Some((0, 80)), None, "l3"),
+            ("10.0.0.2", "10.9.9.9", Some((80, 65535)), None, "l4"),
+            ("10.0.0.2", "10.9.9.9", Some((80, 65534)), None, "l6"),
+            // No ports: the full range does not hold.
+            ("10.0.0.2", "10.9.9.9", None, Some(4095), "l7"),
+            ("10.0.0.2", "10.9.9.9", None, Some(4094), "l8"),
+            ("", "", None, None, "l8"),
+        ] {
+            assert_eq!(
+                at(src, dst, ports, vlan).as_deref(),
+                Some(leaf),
+                "{src} -> {dst} {ports:?} {vlan:?}"
+            );
+        }
+    }
+
     /// A packet with only a DSCP value and a protocol, as given.
     fn packet_with(dscp: Option<u8>, proto: Option<u8>) -> crate::Packet {
         crate::Packet {
