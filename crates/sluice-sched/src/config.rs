@@ -2170,6 +2170,21 @@ queue = "binary_heap"
         assert!(!d.contains("default is never used"), "{d}");
     }
 
+    /// Rules that test a class id are counted (a host that sets none, as the daemon, warns
+    /// of them): one with a class among other conditions counts, one without does not.
+    #[test]
+    fn rules_on_a_class_id_are_counted() {
+        let text = format!(
+            "{}[[classify]]\nto = \"gold\"\nclass = 7\n\
+             [[classify]]\nto = \"gold\"\ndscp = 46\n\
+             [[classify]]\nto = \"bronze\"\nclass = 9\nproto = \"udp\"\n",
+            tree_with("")
+        );
+        assert_eq!(build_str(&text, "t.toml").unwrap().class_rules(), 2);
+        let text = format!("{}[[classify]]\nto = \"gold\"\ndscp = 46\n", tree_with(""));
+        assert_eq!(build_str(&text, "t.toml").unwrap().class_rules(), 0);
+    }
+
     /// The edges of each condition, compiled from a file and classified: prefixes of length 0
     /// hold every address of their family only, /32 and /128 one address; ports 0 and 65535
     /// are ports like the others, and a range matches only packets that have ports; the first

@@ -45,7 +45,7 @@
 //! (the compiled tree as text).
 
 use crate::builder::Horizon;
-use crate::classify::{Classifier, RuleIndex};
+use crate::classify::{Classifier, Match, RuleIndex};
 use crate::flow::{Flow, FlowTable, INLINE, Member, NIL, Rec, rec_of, record};
 use crate::gate::{Gate, GateLine, Pacing, leaf_cap, own_rate, retune};
 use crate::packet::{FlowId, Meta, Packet};
@@ -1051,6 +1051,17 @@ impl Scheduler {
             None => self.classifier.classify(p),
             Some(index) => index.classify(&self.classifier, p),
         }
+    }
+
+    /// How many classifier rules test the host-given class id ([`Packet::class`]): a host that
+    /// gives its packets none (the daemon, which classifies the frames it parses) sends no
+    /// packet through them.
+    pub fn class_rules(&self) -> usize {
+        self.classifier
+            .rules
+            .iter()
+            .filter(|r| r.all.iter().any(|m| matches!(m, Match::Class(_))))
+            .count()
     }
 
     /// When the flow `key` in `leaf` could release a packet through its own gate (its pacing

@@ -165,9 +165,27 @@ fn schedulers(cfg: &Config) -> Result<Vec<Scheduler>, DaemonError> {
                 Some(path) => sluice_sched::config::build_file(path),
                 None => sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)"),
             }
+            .inspect(|s| {
+                if let Some(w) = class_rule_warning(s) {
+                    tracing::warn!(link = %link, "{w}");
+                }
+            })
             .map_err(|error| DaemonError::Policy { link, error })
         })
         .collect()
+}
+
+/// The warning for a policy whose classifier tests class ids: the daemon classifies the
+/// frames it parses and gives them none, so those rules match no packet (docs/policy-files.md).
+fn class_rule_warning(s: &Scheduler) -> Option<String> {
+    match s.class_rules() {
+        0 => None,
+        n => Some(format!(
+            "{n} classify rule(s) test a class id, which the daemon gives no packet: they match \
+             none (their packets go to the default, or are rejected as no_class); classify by \
+             dscp, vlan, proto, addresses or ports"
+        )),
+    }
 }
 
 /// Check `cfg` without creating anything: every policy builds, every `af_packet` interface
@@ -574,4 +592,27 @@ pub fn run_file(path: &Path) -> Result<Summary, Box<dyn std::error::Error>> {
         "sluice running"
     );
     Ok(daemon.run(&signals)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example(name: &str) -> Scheduler {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/policies")
+            .join(name);
+        sluice_sched::config::build_file(&path).unwrap()
+    }
+
+    /// A policy that classifies by class id (which the daemon never sets) is warned of, with
+    /// the number of such rules; one that classifies by what a frame carries is not.
+    #[test]
+    fn policies_with_class_rules_are_warned_of() {
+        let w = class_rule_warning(&example("eiffel-fig47.toml")).unwrap();
+        assert!(w.starts_with("4 classify rule(s) test a class id"), "{w}");
+        assert!(class_rule_warning(&example("three-classes.toml")).is_none());
+        let fifo = sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)").unwrap();
+        assert!(class_rule_warning(&fifo).is_none());
+    }
 }
