@@ -392,7 +392,14 @@ impl Datapath {
                             moved = true;
                             continue;
                         }
-                        _ => break,
+                        Ok(None) => {
+                            self.readable[p] = !self.tracking_readiness;
+                            break;
+                        }
+                        Err(e) => {
+                            self.read_failed(p, e);
+                            break;
+                        }
                     },
                 }
             };
@@ -416,25 +423,31 @@ impl Datapath {
                 }
                 Err(e) => {
                     self.buffers.give(buf);
-                    self.readable[p] = !self.tracking_readiness;
-                    if is_gone(&e) {
-                        self.gone.get_or_insert((p, e));
-                        break;
-                    }
-                    if e.kind() == io::ErrorKind::InvalidData {
-                        // A frame was read but cannot be used (a tap's frame cut at the
-                        // buffer's end): lost here, so counted here.
-                        self.counters.malformed("unreadable_frame");
-                        self.counters.drop(DropReason::Malformed);
-                    }
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        tracing::warn!(port = %self.names[p], error = %e, "read failed");
-                    }
+                    self.read_failed(p, e);
                     break;
                 }
             }
         }
         moved
+    }
+
+    /// A read of port `p` failed with `e`, into a buffer or, at the bound, into the scratch
+    /// space (it was not counted there, and a frame lost that way went unseen).
+    fn read_failed(&mut self, p: usize, e: io::Error) {
+        self.readable[p] = !self.tracking_readiness;
+        if is_gone(&e) {
+            self.gone.get_or_insert((p, e));
+            return;
+        }
+        if e.kind() == io::ErrorKind::InvalidData {
+            // A frame was read but cannot be used (a tap's frame cut at the buffer's end):
+            // lost here, so counted here.
+            self.counters.malformed("unreadable_frame");
+            self.counters.drop(DropReason::Malformed);
+        }
+        if e.kind() != io::ErrorKind::Interrupted {
+            tracing::warn!(port = %self.names[p], error = %e, "read failed");
+        }
     }
 
     /// Parse the frame in `buf` into a packet descriptor, or count why not (`None`: dropped).
@@ -1045,6 +1058,108 @@ pub(crate) mod tests {
         assert!(counters.links[0].top_flows.is_empty());
         counters.links[0].top_flows = full.links[0].top_flows.clone();
         assert_eq!(counters, full);
+    }
+
+    /// A port that reads a script of frames and read errors, then nothing.
+    struct Faulty {
+        script: VecDeque<io::Result<Vec<u8>>>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Port for Faulty {
+        fn ifname(&self) -> &str {
+            "faulty"
+        }
+        fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            match self.script.pop_front() {
+                None => Ok(None),
+                Some(Err(e)) => Err(e),
+                Some(Ok(f)) => {
+                    buf[..f.len()].copy_from_slice(&f);
+                    Ok(Some(f.len()))
+                }
+            }
+        }
+        fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+            self.sent.lock().unwrap().push(frame.to_vec());
+            Ok(())
+        }
+        fn fd(&self) -> std::os::fd::RawFd {
+            -1
+        }
+        fn counters(&self) -> PortCounters {
+            PortCounters::default()
+        }
+    }
+
+    /// With `at_bound = "drop"` every frame read is sent, held or counted as a drop, also
+    /// when no buffer is free: a frame the port read but could not use (a tap's frame cut at
+    /// the buffer's end) was lost without a count when it was read at the bound, though the
+    /// same frame read below the bound counts as `malformed` (`unreadable_frame`).
+    #[test]
+    fn at_the_bound_a_lossy_datapath_counts_every_frame_it_loses() {
+        let cut = || io::Error::new(io::ErrorKind::InvalidData, "a frame filled the buffer");
+        let memory = crate::buffers::MIN_MEMORY;
+        let (large, _) = Buffers::split(memory);
+        // Large frames fill the large buffers (a rate holds them), then more come, one cut.
+        let mut script: VecDeque<io::Result<Vec<u8>>> = (0..large + 3)
+            .map(|i| Ok(tcp_frame(i as u16, 60_000, 1)))
+            .collect();
+        script.push_back(Err(cut()));
+        script.extend((0..3).map(|i| Ok(tcp_frame(1000 + i, 60_000, 2))));
+        let offered = script.len() as u64;
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let ports: Vec<Box<dyn Port>> = vec![
+            Box::new(Faulty {
+                script,
+                sent: sent.clone(),
+            }),
+            Box::new(Faulty {
+                script: VecDeque::new(),
+                sent: sent.clone(),
+            }),
+        ];
+        let policy = "[scheduler]\ndefault = \"root\"\n\n[[node]]\nname = \"root\"\n\
+                      policy = \"fifo\"\nrate = \"1kbit\"\nburst = \"3KB\"\n";
+        let link = LinkSpec {
+            from: 0,
+            to: 1,
+            scheduler: sluice_sched::config::build_str(policy, "test").unwrap(),
+            policy: None,
+        };
+        let cfg = DatapathConfig {
+            memory,
+            at_bound: AtBound::Drop,
+            malformed: Malformed::Drop,
+            scheduled: 4096,
+            ecn: None,
+        };
+        let mut dp =
+            Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap();
+        for t in 1..100 {
+            dp.step(t * 1_000);
+        }
+        let s = dp.snapshot(1, 0);
+        let dropped: u64 = s.drops.values().sum();
+        let sent = sent.lock().unwrap().len() as u64;
+        assert!(
+            s.drops["at_bound"] > 0,
+            "the bound was reached: {:?}",
+            s.drops
+        );
+        assert_eq!(
+            sent + dp.held() as u64 + dropped,
+            offered,
+            "sent {sent}, held {}, drops {:?}",
+            dp.held(),
+            s.drops
+        );
+        assert_eq!(
+            s.malformed.get("unreadable_frame"),
+            Some(&1),
+            "{:?}",
+            s.malformed
+        );
     }
 
     #[test]
