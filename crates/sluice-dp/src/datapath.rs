@@ -442,7 +442,7 @@ impl Datapath {
         if e.kind() == io::ErrorKind::InvalidData {
             // A frame was read but cannot be used (a tap's frame cut at the buffer's end):
             // lost here, so counted here.
-            self.counters.malformed("unreadable_frame");
+            self.counters.malformed(crate::stats::UNREADABLE_FRAME);
             self.counters.drop(DropReason::Malformed);
         }
         if e.kind() != io::ErrorKind::Interrupted {
@@ -454,7 +454,7 @@ impl Datapath {
     fn classify(&mut self, buf: u32, now: u64) -> Option<Packet> {
         let frame = self.buffers.frame(buf);
         let Some(vnet) = VnetHdr::read(frame) else {
-            self.counters.malformed("truncated_vnet_header");
+            self.counters.malformed(crate::stats::TRUNCATED_VNET_HEADER);
             self.counters.drop(DropReason::Malformed);
             return None;
         };

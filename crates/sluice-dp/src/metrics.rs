@@ -293,7 +293,11 @@ pub fn render(s: &Snapshot) -> String {
         "counter",
         "Frames that did not parse, by reason.",
     );
-    for (reason, n) in by_reason(Malformed::ALL.iter().map(|m| m.name()), &s.malformed) {
+    let malformed = Malformed::ALL
+        .iter()
+        .map(|m| m.name())
+        .chain(crate::stats::DATAPATH_MALFORMED);
+    for (reason, n) in by_reason(malformed, &s.malformed) {
         f.sample(&[("reason", reason)], n);
     }
 
@@ -847,7 +851,11 @@ sluice_drops_total{reason=\"weird_new_reason\"} 1
 # TYPE sluice_malformed_total counter
 ",
         );
-        let mut reasons: Vec<&str> = Malformed::ALL.iter().map(|m| m.name()).collect();
+        let mut reasons: Vec<&str> = Malformed::ALL
+            .iter()
+            .map(|m| m.name())
+            .chain(crate::stats::DATAPATH_MALFORMED)
+            .collect();
         reasons.sort_unstable();
         for r in reasons {
             let n = if r == "truncated_tcp" { 2 } else { 0 };
@@ -947,6 +955,27 @@ sluice_uptime_seconds 12.500000001
         assert!(!text.contains("sluice_link_"));
         assert!(text.contains("sluice_drops_total{reason=\"tx_error\"} 0\n"));
         assert!(text.ends_with("sluice_uptime_seconds 0.000000000\n"));
+    }
+
+    /// Every malformed reason the datapath counts has its series from the start, at zero:
+    /// those the parser names and those of the datapath itself (a frame cut at the buffer's
+    /// end, one too short for its virtio-net header), which appeared only with their first
+    /// frame, so that `increase()` over the window that saw it missed that frame.
+    #[test]
+    fn every_malformed_reason_is_there_before_its_first_frame() {
+        let text = render(&Snapshot::default());
+        for reason in Malformed::ALL
+            .iter()
+            .map(|m| m.name())
+            .chain(["unreadable_frame", "truncated_vnet_header"])
+        {
+            assert!(
+                text.contains(&format!(
+                    "sluice_malformed_total{{reason=\"{reason}\"}} 0\n"
+                )),
+                "{reason}: {text}"
+            );
+        }
     }
 
     /// A datapath that answers Stats with [`small`] `answers` times, then stops.

@@ -51,6 +51,16 @@ impl DropReason {
     }
 }
 
+/// Malformed frames the datapath counts itself, beside the parser's reasons
+/// ([`crate::parse::Malformed`]): a read too short for its virtio-net header.
+pub const TRUNCATED_VNET_HEADER: &str = "truncated_vnet_header";
+
+/// ... and a frame read but not usable (a tap's frame cut at the buffer's end).
+pub const UNREADABLE_FRAME: &str = "unreadable_frame";
+
+/// The malformed reasons the datapath counts itself.
+pub const DATAPATH_MALFORMED: [&str; 2] = [TRUNCATED_VNET_HEADER, UNREADABLE_FRAME];
+
 /// One port in a snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortSnapshot {
