@@ -6,7 +6,8 @@
 //!                             # "busy": poll without sleeping (lowest latency, one core)
 //! engines = 1                 # per-core engines (flows hashed to engines)
 //! memory = "256MiB"           # frame buffers: the global memory bound (3/4 in 64 KiB buffers,
-//!                             #   1/4 in 4 KiB ones for small frames)
+//!                             #   1/4 in 4 KiB ones for small frames; 2MiB to 64GiB,
+//!                             #   shared out among the engines, 1399468 bytes each at least)
 //! at_bound = "pause"          # lossless: stop reading until frames leave; "drop": drop, counted
 //! metrics = "127.0.0.1:9464"  # Prometheus text endpoint (omit to disable)
 //! control = "/run/sluice/demo.sock"  # Unix control socket, mode 0600 (omit to disable)
@@ -223,6 +224,14 @@ pub const DEFAULT_ECN: &str = "2ms";
 /// The ECN (CoDel) interval when the file does not say.
 pub const DEFAULT_ECN_INTERVAL: &str = "20ms";
 
+/// The least `memory` a file may set, bytes (2 MiB: more than one engine's least pool).
+pub const MEMORY_MIN: u64 = 2 << 20;
+
+/// The most `memory` a file may set, bytes (64 GiB).
+pub const MEMORY_MAX: u64 = 64 << 30;
+
+const _: () = assert!(crate::buffers::MIN_MEMORY as u64 <= MEMORY_MIN);
+
 /// Most characters in an interface name (IFNAMSIZ - 1).
 pub const IFNAME_MAX: usize = 15;
 
@@ -285,7 +294,8 @@ impl Config {
         }
         let memory = match d.memory {
             None => 256 << 20,
-            Some(toml::Value::Integer(i)) if i > 0 => i as u64,
+            // 0 too, to be told the range (it is a size, only too small).
+            Some(toml::Value::Integer(i)) if i >= 0 => i as u64,
             Some(toml::Value::String(s)) => parse_size(&s)
                 .map_err(|e| invalid(format!("[daemon] memory: {e}"), "a size like \"256MiB\""))?,
             Some(v) => {
@@ -295,10 +305,24 @@ impl Config {
                 ));
             }
         };
-        if !(crate::buffers::MIN_MEMORY as u64..=64 << 30).contains(&memory) {
+        if !(MEMORY_MIN..=MEMORY_MAX).contains(&memory) {
             return Err(invalid(
                 format!("[daemon] memory = {memory} bytes"),
                 "between 2MiB and 64GiB",
+            ));
+        }
+        // The bound is global: each engine gets its share, which must buy its least pool (the
+        // daemon would raise a smaller share to it, over the bound).
+        let least = crate::buffers::MIN_MEMORY as u64 * engines as u64;
+        if memory < least {
+            return Err(invalid(
+                format!("[daemon] memory = {memory} bytes for {engines} engines"),
+                &format!(
+                    "at least {least} bytes ({} per engine, for {} buffers of 64 KiB each), \
+                     or fewer engines",
+                    crate::buffers::MIN_MEMORY,
+                    crate::buffers::MIN_LARGE
+                ),
             ));
         }
         let at_bound = match d.at_bound.as_deref().unwrap_or("pause") {
@@ -718,6 +742,47 @@ to = "a"
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(needle), "{needle:?} not in: {e}");
+        }
+    }
+
+    /// The memory bound is global: `memory` is shared out among the engines, and each
+    /// engine's share must buy its least pool. With `engines = 4` and `memory = "2MiB"`, each
+    /// engine was raised to that least pool, 5.3 MiB in all, over the bound the file set; and
+    /// a bound below the 2 MiB the error states (1.5 MiB) was taken, while `memory = 0` was
+    /// told it is not "a size".
+    #[test]
+    fn the_memory_bound_is_what_the_file_says_and_holds_with_every_engine() {
+        let with = |daemon: &str| {
+            Config::parse(
+                &GOOD.replace("memory = \"64MiB\"", daemon),
+                "d.toml",
+                Path::new("."),
+            )
+        };
+        for (daemon, needle) in [
+            ("memory = \"1500000B\"", "between 2MiB and 64GiB"),
+            ("memory = 0", "between 2MiB and 64GiB"),
+            ("memory = \"0B\"", "between 2MiB and 64GiB"),
+            ("memory = -1", "a size like"),
+            ("memory = \"65GiB\"", "between 2MiB and 64GiB"),
+            ("memory = \"2MiB\"\nengines = 2", "2 engines"),
+            ("memory = \"64MiB\"\nengines = 64", "64 engines"),
+        ] {
+            let e = with(daemon).unwrap_err().to_string();
+            assert!(e.contains(needle), "{daemon}: {needle:?} not in: {e}");
+        }
+        for (daemon, engines) in [
+            ("memory = \"2MiB\"", 1),
+            ("memory = 2097152", 1),
+            ("memory = \"4MiB\"\nengines = 2", 2),
+            ("memory = \"90MiB\"\nengines = 64", 64),
+        ] {
+            let c = with(daemon).unwrap();
+            assert_eq!(c.engines, engines);
+            assert!(
+                c.memory / c.engines >= crate::buffers::MIN_MEMORY,
+                "{daemon}: each engine's share buys its least pool"
+            );
         }
     }
 
