@@ -39,6 +39,7 @@ pub enum Request {
         rate: String,
         /// Its burst, a size like "15KB". Without it the node keeps the burst it has (its
         /// policy's or the last one set; 0 if it has no limit now), with one engine or several.
+        /// Refused with `"rate": "none"` (a class without a limit keeps no burst).
         #[serde(default)]
         burst: Option<String>,
     },

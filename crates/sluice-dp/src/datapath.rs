@@ -652,7 +652,8 @@ impl Datapath {
 
     /// Change the rate limit of class `node` of the link from port `from`, at run time (at
     /// `now`, the time [`Datapath::step`] is given), and its burst; without a burst (`None`)
-    /// the class keeps the one it has (0 if it has no limit now).
+    /// the class keeps the one it has (0 if it has no limit now). A burst without a rate is
+    /// refused: a class without a limit keeps no burst.
     pub fn set_rate(
         &mut self,
         now: u64,
@@ -662,6 +663,13 @@ impl Datapath {
         burst: Option<u64>,
     ) -> Result<(), String> {
         let (l, n) = self.find(from, node)?;
+        if rate.is_none() && burst.is_some() {
+            return Err(
+                "a burst with rate \"none\": a class without a limit keeps no burst; give it \
+                 with the next rate"
+                    .into(),
+            );
+        }
         self.set_node_rate(now, l, n, rate, burst);
         Ok(())
     }

@@ -502,6 +502,21 @@ pub(super) mod tests {
         assert_eq!(gold(&engine), (Some(Rate::mbit(50)), 0));
     }
 
+    /// `"rate": "none"` with a burst answered ok, but a class without a limit keeps no burst:
+    /// the limit set next without one got 0, not the burst acknowledged. Refused now, and
+    /// nothing changes.
+    #[test]
+    fn a_burst_with_no_rate_is_refused_not_acknowledged_and_dropped() {
+        let (mut engine, _) = engine();
+        match engine.answer(set_rate("none", Some("30KB"))) {
+            Reply::Error(e) => assert!(e.contains("burst") && e.contains("none"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(gold(&engine), (Some(Rate::mbit(100)), GOLD_BURST));
+        assert_eq!(engine.answer(set_rate("none", None)), Reply::Ok);
+        assert_eq!(gold(&engine), (None, 0));
+    }
+
     /// A request whose caller had given up waiting was carried out when the engine came to it:
     /// a client told "the datapath did not answer in time" found its change made all the same.
     #[test]
