@@ -19,7 +19,7 @@
 //! | `sluice_link_backpressure_total` | counter | link |
 //! | `sluice_drops_total`, `sluice_malformed_total` | counter | reason |
 //! | `sluice_read_pauses_total`, `sluice_ecn_marked_total` | counter | |
-//! | `sluice_buffers_used`, `sluice_buffers_total`, `sluice_uptime_seconds` | gauge | |
+//! | `sluice_buffers_used`, `sluice_buffers_capacity`, `sluice_uptime_seconds` | gauge | |
 //!
 //! A link is named by the port it reads from (as in the control protocol).
 //!
@@ -321,7 +321,7 @@ pub fn render(s: &Snapshot) -> String {
             s.buffers_used,
         ),
         (
-            "sluice_buffers_total",
+            "sluice_buffers_capacity",
             "gauge",
             "Frame buffers in all.",
             s.buffers_total,
@@ -872,9 +872,9 @@ sluice_ecn_marked_total 0
 # HELP sluice_buffers_used Frame buffers in use.
 # TYPE sluice_buffers_used gauge
 sluice_buffers_used 3
-# HELP sluice_buffers_total Frame buffers in all.
-# TYPE sluice_buffers_total gauge
-sluice_buffers_total 1024
+# HELP sluice_buffers_capacity Frame buffers in all.
+# TYPE sluice_buffers_capacity gauge
+sluice_buffers_capacity 1024
 # HELP sluice_uptime_seconds Seconds since the daemon started.
 # TYPE sluice_uptime_seconds gauge
 sluice_uptime_seconds 12.500000001
@@ -886,6 +886,28 @@ sluice_uptime_seconds 12.500000001
         }
         assert_eq!(got.lines().count(), expected.lines().count());
         assert_eq!(got, expected);
+    }
+
+    /// Counters end in `_total` and nothing else does (Prometheus's naming rule, which
+    /// `promtool check metrics` enforces: "non-counter metrics should not have \"_total\"
+    /// suffix"): the gauge of all frame buffers was `sluice_buffers_total`, read as a
+    /// counter of buffers by anyone who knows the rule.
+    #[test]
+    fn counters_and_only_counters_end_in_total() {
+        let text = render(&small());
+        let types: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        assert!(types.len() > 20, "{types:?}");
+        for (name, kind) in types {
+            assert_eq!(
+                name.ends_with("_total"),
+                kind == "counter",
+                "{name} is a {kind}"
+            );
+        }
     }
 
     #[test]
