@@ -615,4 +615,19 @@ mod tests {
         let fifo = sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)").unwrap();
         assert!(class_rule_warning(&fifo).is_none());
     }
+
+    /// `--check` refuses an interface two ports name (two sockets on one interface would each
+    /// read every frame, forwarded twice), before creating anything, naming port and interface.
+    #[test]
+    fn check_refuses_an_interface_two_ports_name() {
+        let text = "[[port]]\nname = \"a\"\nkind = \"af_packet\"\nifname = \"lo\"\n\n\
+                    [[port]]\nname = \"b\"\nkind = \"af_packet\"\nifname = \"lo\"\n\n\
+                    [[link]]\nfrom = \"a\"\nto = \"b\"\n";
+        let cfg = Config::parse(text, "d.toml", Path::new(".")).unwrap();
+        let e = check(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("port `b`") && e.contains("`lo` is named by another port too"),
+            "{e}"
+        );
+    }
 }
