@@ -360,6 +360,13 @@ impl Config {
                         "127.0.0.1 or ::1 (metrics stay on this host)",
                     ));
                 }
+                if addr.port() == 0 {
+                    // The kernel would pick one, which nothing reports: no scraper finds it.
+                    return Err(invalid(
+                        format!("[daemon] metrics = \"{m}\" has port 0"),
+                        "a port of 1-65535 for scrapers to find",
+                    ));
+                }
                 Some(addr)
             }
         };
@@ -784,6 +791,29 @@ to = "a"
                 "{daemon}: each engine's share buys its least pool"
             );
         }
+    }
+
+    /// `metrics = "127.0.0.1:0"` was taken: the endpoint bound a port the kernel picked,
+    /// which nothing logs or reports, so no scraper could find it. Refused, saying why.
+    #[test]
+    fn a_metrics_port_of_0_is_refused() {
+        for addr in ["127.0.0.1:0", "[::1]:0"] {
+            let e = Config::parse(
+                &GOOD.replace("127.0.0.1:9464", addr),
+                "d.toml",
+                Path::new("."),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(addr) && e.contains("1-65535"), "{e}");
+        }
+        let c = Config::parse(
+            &GOOD.replace("127.0.0.1:9464", "[::1]:65535"),
+            "d.toml",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(c.metrics.map(|a| a.port()), Some(65535));
     }
 
     /// A device or a named pipe is refused before it is read (`/dev/zero` took gigabytes, and
