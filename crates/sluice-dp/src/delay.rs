@@ -3,7 +3,9 @@
 //!
 //! Frames never overtake each other: a frame's release is at least the release of the frame
 //! before it (netem reorders under jitter; TCP then sees spurious retransmissions that the
-//! path does not cause). Time is passed in.
+//! path does not cause). Each engine has its own line per port: a flow stays on one engine, so
+//! its frames keep their order; frames of flows on different engines keep none between them.
+//! Time is passed in.
 
 use std::collections::VecDeque;
 
@@ -86,6 +88,45 @@ impl DelayLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keeping the order never holds a frame past its own `delay + jitter` (a frame waits for
+    /// the one before it only when that one was due later, and it was pushed no later), and
+    /// the jitter is drawn over its range: spaced-out frames spread over `[delay, delay +
+    /// jitter]`, and each release is a time at which it was due.
+    #[test]
+    fn jitter_spreads_within_its_bound_and_ordering_never_adds_to_it() {
+        let (delay, jitter) = (5_000_000u64, 2_000_000u64);
+        for gap in [1_000u64, 10_000_000] {
+            let mut d = DelayLine::new(delay, jitter, 42);
+            for i in 0..1000u32 {
+                d.push(u64::from(i) * gap, i);
+            }
+            let mut waits = Vec::new();
+            let mut expected = 0u32;
+            while let Some(t) = d.next_due() {
+                assert_eq!(d.pop_due(t - 1), None, "not before it is due");
+                let b = d.pop_due(t).unwrap();
+                assert_eq!(b, expected, "in order");
+                expected += 1;
+                waits.push(t - u64::from(b) * gap);
+            }
+            assert_eq!(expected, 1000);
+            assert!(
+                waits.iter().all(|&w| (delay..=delay + jitter).contains(&w)),
+                "gap {gap}: {:?}",
+                waits.iter().max()
+            );
+            if gap > jitter {
+                // Frames further apart than the jitter never wait for each other.
+                let low = waits.iter().filter(|&&w| w < delay + jitter / 4).count();
+                let high = waits
+                    .iter()
+                    .filter(|&&w| w > delay + jitter * 3 / 4)
+                    .count();
+                assert!(low > 150 && high > 150, "low {low}, high {high}");
+            }
+        }
+    }
 
     #[test]
     fn delays_and_never_reorders() {
