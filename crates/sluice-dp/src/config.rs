@@ -448,11 +448,21 @@ impl Config {
             }
             let kind = match p.kind.as_str() {
                 "tap" => {
+                    // What the tap's creation and the namespace's set-up take (`ip` reads a
+                    // leading '-' as an option), said before anything is created.
+                    if ifname.starts_with('-') {
+                        return Err(invalid(
+                            format!("port \"{}\": ifname \"{ifname}\"", p.name),
+                            "an interface name of 1-15 letters, digits, '-', '_' or '.', not \
+                             starting with '-'",
+                        ));
+                    }
                     if let Some(ns) = &p.netns {
-                        if !valid_name(ns, 64) {
+                        if crate::netns::check_netns_name(ns).is_err() {
                             return Err(invalid(
                                 format!("port \"{}\": netns \"{ns}\"", p.name),
-                                "a namespace name of letters, digits, '-', '_' or '.'",
+                                "a namespace name of 1-64 letters, digits, '-', '_' or '.', not \
+                                 starting with '-'",
                             ));
                         }
                     }
@@ -789,6 +799,31 @@ to = "a"
             assert!(
                 c.memory / c.engines >= crate::buffers::MIN_MEMORY,
                 "{daemon}: each engine's share buys its least pool"
+            );
+        }
+    }
+
+    /// An interface or namespace name starting with '-' passed the file's check and
+    /// `--check`, then `run` refused it when it came to create the tap or the namespace (to
+    /// `ip`, a leading '-' reads as an option). Refused by the file's check now.
+    #[test]
+    fn names_starting_with_a_dash_are_refused_by_the_file_check() {
+        for (change, needle) in [
+            (
+                GOOD.replace("ifname = \"tap-b\"", "ifname = \"-tap\""),
+                "ifname \"-tap\"",
+            ),
+            (
+                GOOD.replace("netns = \"ns-a\"", "netns = \"-n\""),
+                "netns \"-n\"",
+            ),
+        ] {
+            let e = Config::parse(&change, "d.toml", Path::new("."))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(needle) && e.contains("not starting with '-'"),
+                "{e}"
             );
         }
     }
