@@ -832,9 +832,10 @@ pub(crate) mod tests {
     use crate::port::PortCounters;
     use std::sync::{Arc, Mutex};
 
-    /// A port that delivers a script of frames and keeps what is sent to it.
+    /// A port that delivers a script of frames and read errors, then nothing, and keeps what
+    /// is sent to it.
     struct Scripted {
-        to_read: VecDeque<Vec<u8>>,
+        to_read: VecDeque<io::Result<Vec<u8>>>,
         sent: Arc<Mutex<Vec<Vec<u8>>>>,
     }
 
@@ -843,10 +844,14 @@ pub(crate) mod tests {
             "scripted"
         }
         fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-            Ok(self.to_read.pop_front().map(|f| {
-                buf[..f.len()].copy_from_slice(&f);
-                f.len()
-            }))
+            match self.to_read.pop_front() {
+                None => Ok(None),
+                Some(Err(e)) => Err(e),
+                Some(Ok(f)) => {
+                    buf[..f.len()].copy_from_slice(&f);
+                    Ok(Some(f.len()))
+                }
+            }
         }
         fn send(&mut self, frame: &[u8]) -> io::Result<()> {
             self.sent.lock().unwrap().push(frame.to_vec());
@@ -898,7 +903,22 @@ pub(crate) mod tests {
                 sent: sent.clone(),
             })
         };
-        let ports = vec![port(frames.into()), port(VecDeque::new())];
+        let ports = vec![
+            port(frames.into_iter().map(Ok).collect()),
+            port(VecDeque::new()),
+        ];
+        let dp = two_ports(ports, policy, memory, AtBound::Pause);
+        (dp, sent)
+    }
+
+    /// A datapath from port 0 (`a`) to port 1 (`b`) of `ports` through `policy`, with `memory`
+    /// bytes of buffers and `at_bound` at their bound.
+    fn two_ports(
+        ports: Vec<Box<dyn Port>>,
+        policy: &str,
+        memory: usize,
+        at_bound: AtBound,
+    ) -> Datapath {
         let link = LinkSpec {
             from: 0,
             to: 1,
@@ -907,14 +927,12 @@ pub(crate) mod tests {
         };
         let cfg = DatapathConfig {
             memory,
-            at_bound: AtBound::Pause,
+            at_bound,
             malformed: Malformed::Drop,
             scheduled: 4096,
             ecn: None,
         };
-        let dp =
-            Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap();
-        (dp, sent)
+        Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap()
     }
 
     const FIFO: &str =
@@ -979,7 +997,7 @@ pub(crate) mod tests {
             sent: sent.clone(),
         };
         let reader = Scripted {
-            to_read: vec![tcp_frame(1, 10, 1)].into(),
+            to_read: vec![Ok(tcp_frame(1, 10, 1))].into(),
             sent: sent.clone(),
         };
         let link = LinkSpec {
@@ -1068,38 +1086,6 @@ pub(crate) mod tests {
         assert_eq!(counters, full);
     }
 
-    /// A port that reads a script of frames and read errors, then nothing.
-    struct Faulty {
-        script: VecDeque<io::Result<Vec<u8>>>,
-        sent: Arc<Mutex<Vec<Vec<u8>>>>,
-    }
-
-    impl Port for Faulty {
-        fn ifname(&self) -> &str {
-            "faulty"
-        }
-        fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-            match self.script.pop_front() {
-                None => Ok(None),
-                Some(Err(e)) => Err(e),
-                Some(Ok(f)) => {
-                    buf[..f.len()].copy_from_slice(&f);
-                    Ok(Some(f.len()))
-                }
-            }
-        }
-        fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-            self.sent.lock().unwrap().push(frame.to_vec());
-            Ok(())
-        }
-        fn fd(&self) -> std::os::fd::RawFd {
-            -1
-        }
-        fn counters(&self) -> PortCounters {
-            PortCounters::default()
-        }
-    }
-
     /// With `at_bound = "drop"` every frame read is sent, held or counted as a drop, also
     /// when no buffer is free: a frame the port read but could not use (a tap's frame cut at
     /// the buffer's end) was lost without a count when it was read at the bound, though the
@@ -1118,32 +1104,18 @@ pub(crate) mod tests {
         let offered = script.len() as u64;
         let sent = Arc::new(Mutex::new(Vec::new()));
         let ports: Vec<Box<dyn Port>> = vec![
-            Box::new(Faulty {
-                script,
+            Box::new(Scripted {
+                to_read: script,
                 sent: sent.clone(),
             }),
-            Box::new(Faulty {
-                script: VecDeque::new(),
+            Box::new(Scripted {
+                to_read: VecDeque::new(),
                 sent: sent.clone(),
             }),
         ];
         let policy = "[scheduler]\ndefault = \"root\"\n\n[[node]]\nname = \"root\"\n\
                       policy = \"fifo\"\nrate = \"1kbit\"\nburst = \"3KB\"\n";
-        let link = LinkSpec {
-            from: 0,
-            to: 1,
-            scheduler: sluice_sched::config::build_str(policy, "test").unwrap(),
-            policy: None,
-        };
-        let cfg = DatapathConfig {
-            memory,
-            at_bound: AtBound::Drop,
-            malformed: Malformed::Drop,
-            scheduled: 4096,
-            ecn: None,
-        };
-        let mut dp =
-            Datapath::new(ports, vec!["a".into(), "b".into()], vec![], vec![link], cfg).unwrap();
+        let mut dp = two_ports(ports, policy, memory, AtBound::Drop);
         for t in 1..100 {
             dp.step(t * 1_000);
         }

@@ -25,13 +25,28 @@ enum At {
     Paced,
 }
 
-fn build(at: At, rate: Rate, burst: u64, shaper: ShaperConfig) -> Scheduler {
-    let cfg = SchedConfig {
-        capacity: 100_000,
-        flows: 16,
+/// A scheduler's configuration: `capacity` packets, `flows` flows, packets up to 64 KiB, and
+/// a timing wheel of `slots` slots of `slot_ns`.
+fn config(capacity: usize, flows: usize, slot_ns: u64, slots: usize) -> SchedConfig {
+    SchedConfig {
+        capacity,
+        flows,
         max_packet: 65_536,
-        shaper,
-    };
+        shaper: ShaperConfig {
+            slot_ns,
+            slots,
+            ..ShaperConfig::default()
+        },
+    }
+}
+
+fn build(at: At, rate: Rate, burst: u64, shaper: ShaperConfig) -> Scheduler {
+    let cfg = config(100_000, 16, shaper.slot_ns, shaper.slots);
+    try_build(at, rate, burst, SchedConfig { shaper, ..cfg }).expect("builds")
+}
+
+/// A tree with one gate at `at` (`rate`, `burst`), or `None` if the builder refuses `cfg`.
+fn try_build(at: At, rate: Rate, burst: u64, cfg: SchedConfig) -> Option<Scheduler> {
     let mut b = TreeBuilder::new(cfg);
     let leaf = match at {
         At::Root => b.root(NodeSpec::new("root", PolicyKind::Fifo).rate(rate, burst)),
@@ -52,22 +67,17 @@ fn build(at: At, rate: Rate, burst: u64, shaper: ShaperConfig) -> Scheduler {
         At::Paced => b.root(NodeSpec::new("flows", PolicyKind::Fifo)),
     };
     b.default_leaf(leaf);
-    b.build().unwrap()
+    b.build().ok()
 }
 
 /// Drive `s` with `arrivals` (time, len) of one flow, the host waking exactly at each
 /// next_event. Returns departure times, by token.
 fn drive(s: &mut Scheduler, arrivals: &[(u64, u32)], pacing: u64, limit: usize) -> Vec<u64> {
-    let mut out = vec![u64::MAX; arrivals.len()];
-    let mut i = 0;
-    let mut now = arrivals.first().map_or(0, |a| a.0);
-    let mut done = 0;
-    let mut steps = 0;
-    loop {
-        while i < arrivals.len() && arrivals[i].0 <= now {
+    let packets: Vec<(u64, Packet)> = arrivals
+        .iter()
+        .map(|&(t, len)| {
             let p = Packet {
-                token: i as u64,
-                len: arrivals[i].1,
+                len,
                 flow: 1,
                 fields: Fields {
                     pacing_bps: pacing,
@@ -75,35 +85,59 @@ fn drive(s: &mut Scheduler, arrivals: &[(u64, u32)], pacing: u64, limit: usize) 
                 },
                 ..Packet::default()
             };
-            s.enqueue(now, &p).expect("accepted");
+            (t, p)
+        })
+        .collect();
+    run_at_events(s, packets, limit, "")
+}
+
+/// Enqueue each of `packets` (arrival time, packet; in time order) at its time, its token
+/// set to its index, and dequeue all that can go, waking exactly at each `next_event` or
+/// arrival, until every packet left. Returns departure times, by token. A `next_event` must
+/// come after the time at which `dequeue` found nothing, and the host must not be left with
+/// packets held and no event, nor take more than `limit` wakes (`what` names the case).
+fn run_at_events(
+    s: &mut Scheduler,
+    mut packets: Vec<(u64, Packet)>,
+    limit: usize,
+    what: &str,
+) -> Vec<u64> {
+    for (k, (_, p)) in packets.iter_mut().enumerate() {
+        p.token = k as u64;
+    }
+    let mut out = vec![u64::MAX; packets.len()];
+    let (mut i, mut done, mut steps) = (0, 0, 0);
+    let mut now = packets.first().map_or(0, |a| a.0);
+    loop {
+        while i < packets.len() && packets[i].0 <= now {
+            s.enqueue(now, &packets[i].1).expect("accepted");
             i += 1;
         }
         while let Some(d) = s.dequeue(now) {
             out[d.token as usize] = now;
             done += 1;
         }
-        if done == arrivals.len() {
+        if done == packets.len() {
             return out;
         }
         steps += 1;
         assert!(
             steps < limit,
-            "stuck at {now}: {done} of {} out",
-            arrivals.len()
+            "{what}: stuck at {now}: {done} of {} out",
+            packets.len()
         );
         let ev = s.next_event(now);
         if let Some(t) = ev {
             assert!(
                 t > now,
-                "next_event {t} not after {now} though dequeue found nothing"
+                "{what}: next_event {t} not after {now} though dequeue found nothing"
             );
         }
-        let next_arrival = arrivals.get(i).map(|a| a.0);
-        now = match (ev, next_arrival) {
+        now = match (ev, packets.get(i).map(|a| a.0)) {
             (Some(t), Some(a)) => t.min(a),
             (Some(t), None) => t,
             (None, Some(a)) => a,
-            (None, None) => panic!("nothing held, {done} out"),
+            (None, None) => panic!("{what}: nothing held, {done} of {} out", packets.len()),
         };
     }
 }
@@ -341,6 +375,16 @@ impl Lcg {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// A gap between arrivals: none (a train), under 2 us, under `mid` ns or under `long` ns,
+    /// each a quarter of the time.
+    fn gap(&mut self, mid: u64, long: u64) -> u64 {
+        match self.below(4) {
+            0 => 0,
+            1 => self.below(2000),
+            2 => self.below(mid),
+            _ => self.below(long),
+        }
+    }
 }
 
 /// Many flows, each paced at its own rate (leaf without flow_rate), random arrivals, a short
@@ -350,17 +394,13 @@ fn many_paced_flows_random_arrivals_short_horizon() {
     for seed in 1..40u64 {
         let mut rng = Lcg(seed);
         let slot_ns = [1024u64, 1000, 1, 7, 65_536][(seed % 5) as usize];
-        let shaper = ShaperConfig {
+        let cfg = config(
+            10_000,
+            64,
             slot_ns,
-            slots: [2usize, 3, 16, 1024][(seed / 5 % 4) as usize],
-            ..ShaperConfig::default()
-        };
-        let cfg = SchedConfig {
-            capacity: 10_000,
-            flows: 64,
-            max_packet: 65_536,
-            shaper,
-        };
+            [2usize, 3, 16, 1024][(seed / 5 % 4) as usize],
+        );
+        let shaper = cfg.shaper;
         let mut b = TreeBuilder::new(cfg);
         let leaf = b.root(NodeSpec::new("flows", PolicyKind::Fifo));
         b.default_leaf(leaf);
@@ -378,25 +418,15 @@ fn many_paced_flows_random_arrivals_short_horizon() {
         let mut arr: Vec<(u64, u64, u32)> = Vec::new();
         let mut t = S;
         for _ in 0..300 {
-            t += match rng.below(4) {
-                0 => 0,
-                1 => rng.below(2000),
-                2 => rng.below(10 * MS),
-                _ => rng.below(100 * S),
-            };
+            t += rng.gap(10 * MS, 100 * S);
             let f = rng.below(nflows);
             let len = [1u32, 64, 1500, 9000, 65_000][rng.below(5) as usize];
             arr.push((t, f, len));
         }
-        // Drive.
-        let mut out = vec![u64::MAX; arr.len()];
-        let (mut i, mut done, mut now) = (0, 0, arr[0].0);
-        let mut steps = 0u64;
-        while done < arr.len() {
-            while i < arr.len() && arr[i].0 <= now {
-                let (_, f, len) = arr[i];
+        let packets = arr
+            .iter()
+            .map(|&(t, f, len)| {
                 let p = Packet {
-                    token: i as u64,
                     len,
                     flow: f,
                     fields: Fields {
@@ -405,29 +435,10 @@ fn many_paced_flows_random_arrivals_short_horizon() {
                     },
                     ..Packet::default()
                 };
-                s.enqueue(now, &p).expect("accepted");
-                i += 1;
-            }
-            while let Some(d) = s.dequeue(now) {
-                out[d.token as usize] = now;
-                done += 1;
-            }
-            if done == arr.len() {
-                break;
-            }
-            steps += 1;
-            assert!(steps < 1_000_000, "seed {seed}: stuck at {now}");
-            let ev = s.next_event(now);
-            if let Some(t) = ev {
-                assert!(t > now, "seed {seed}: next_event {t} at {now}");
-            }
-            now = match (ev, arr.get(i).map(|a| a.0)) {
-                (Some(t), Some(a)) => t.min(a),
-                (Some(t), None) => t,
-                (None, Some(a)) => a,
-                (None, None) => panic!("seed {seed}: nothing held, {done} of {} out", arr.len()),
-            };
-        }
+                (t, p)
+            })
+            .collect();
+        let out = run_at_events(&mut s, packets, 1_000_000, &format!("seed {seed}"));
         for f in 0..nflows {
             let idx: Vec<usize> = (0..arr.len()).filter(|&k| arr[k].1 == f).collect();
             let a: Vec<(u64, u32)> = idx.iter().map(|&k| (arr[k].0, arr[k].2)).collect();
@@ -510,12 +521,7 @@ fn random_chains_against_the_model() {
         let mut arr = Vec::new();
         let mut t = S + rng.below(S);
         for _ in 0..60 {
-            t += match rng.below(4) {
-                0 => 0,
-                1 => rng.below(2000),
-                2 => rng.below(10 * MS),
-                _ => rng.below(100 * S),
-            };
+            t += rng.gap(10 * MS, 100 * S);
             arr.push((t, [1u32, 64, 1500, 9000, 65_000][rng.below(5) as usize]));
         }
         nested(flow, node, root, shaper, &arr);
@@ -531,17 +537,7 @@ fn liveness_with_runtime_changes() {
         let mut rng = Lcg(seed * 104_729);
         let slot_ns = [1024u64, 1000, 1, 7, 65_536][rng.below(5) as usize];
         let slots = [2usize, 3, 16, 1024][rng.below(4) as usize];
-        let shaper = ShaperConfig {
-            slot_ns,
-            slots,
-            ..ShaperConfig::default()
-        };
-        let cfg = SchedConfig {
-            capacity: 200,
-            flows: 8,
-            max_packet: 65_536,
-            shaper,
-        };
+        let cfg = config(200, 8, slot_ns, slots);
         let rate = |rng: &mut Lcg| -> Option<Rate> {
             match rng.below(5) {
                 0 => None,
@@ -676,29 +672,12 @@ fn extreme_wheels() {
                     for t0 in [0u64, S, u64::MAX / 2, u64::MAX - 3 * S] {
                         let rate = Rate::from_bps(bps).unwrap();
                         let cfg = SchedConfig {
-                            capacity: 16,
-                            flows: 4,
-                            max_packet: 65_536,
                             shaper,
+                            ..config(16, 4, slot_ns, slots)
                         };
-                        let mut b = TreeBuilder::new(cfg);
-                        let leaf = match at {
-                            At::Node => {
-                                let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
-                                let lim = b.child(
-                                    root,
-                                    NodeSpec::new("lim", PolicyKind::Wfq).rate(rate, 0),
-                                );
-                                b.child(lim, NodeSpec::new("flows", PolicyKind::Fifo))
-                            }
-                            _ => {
-                                let mut leaf = NodeSpec::new("flows", PolicyKind::Fifo);
-                                leaf.flow_rate = Some(rate);
-                                b.root(leaf)
-                            }
+                        let Some(mut s) = try_build(at, rate, 0, cfg) else {
+                            continue;
                         };
-                        b.default_leaf(leaf);
-                        let Ok(mut s) = b.build() else { continue };
                         let a = train(t0, 4, len);
                         let got = drive(&mut s, &a, 0, 1000);
                         let want = model(&a, bps, 0);
@@ -748,17 +727,7 @@ fn envelopes_with_many_flows() {
         let mut rng = Lcg(seed * 15_485_863);
         let slot_ns = [1024u64, 1000, 1, 65_536][rng.below(4) as usize];
         let slots = [2usize, 16, 1024, 1 << 16][rng.below(4) as usize];
-        let shaper = ShaperConfig {
-            slot_ns,
-            slots,
-            ..ShaperConfig::default()
-        };
-        let cfg = SchedConfig {
-            capacity: 5000,
-            flows: 64,
-            max_packet: 65_536,
-            shaper,
-        };
+        let cfg = config(5000, 64, slot_ns, slots);
         let rate = |rng: &mut Lcg| -> u64 {
             match rng.below(3) {
                 0 => 1_000 + rng.below(1_000_000),
@@ -799,12 +768,7 @@ fn envelopes_with_many_flows() {
         let mut arr = Vec::new();
         let mut t = S;
         for _ in 0..800 {
-            t += match rng.below(4) {
-                0 => 0,
-                1 => rng.below(2000),
-                2 => rng.below(MS),
-                _ => rng.below(S),
-            };
+            t += rng.gap(MS, S);
             arr.push((
                 t,
                 rng.below(nflows),
@@ -812,37 +776,26 @@ fn envelopes_with_many_flows() {
                 [64u32, 1500, 9000][rng.below(3) as usize],
             ));
         }
-        let mut deps: Vec<(u64, u64, bool, u32)> = Vec::new();
-        let (mut i, mut now) = (0, arr[0].0);
-        let mut steps = 0;
-        loop {
-            while i < arr.len() && arr[i].0 <= now {
-                let (_, f, o, len) = arr[i];
+        let packets = arr
+            .iter()
+            .map(|&(t, f, o, len)| {
                 let p = Packet {
-                    token: i as u64,
                     len,
                     flow: f,
                     class: Some(u32::from(o)),
                     ..Packet::default()
                 };
-                s.enqueue(now, &p).expect("accepted");
-                i += 1;
-            }
-            while let Some(d) = s.dequeue(now) {
-                let a = arr[d.token as usize];
-                deps.push((now, a.1, a.2, a.3));
-            }
-            steps += 1;
-            assert!(steps < 1_000_000);
-            let ev = s.next_event(now);
-            now = match (ev, arr.get(i).map(|a| a.0)) {
-                (Some(t), Some(a)) => t.min(a),
-                (Some(t), None) => t,
-                (None, Some(a)) => a,
-                (None, None) => break,
-            };
-        }
-        assert_eq!(deps.len(), arr.len());
+                (t, p)
+            })
+            .collect();
+        let out = run_at_events(&mut s, packets, 1_000_000, &format!("seed {seed}"));
+        // (departure, flow, to `other`, len), in the order of departure.
+        let mut deps: Vec<(u64, u64, bool, u32)> = out
+            .iter()
+            .zip(&arr)
+            .map(|(&at, &(_, f, o, len))| (at, f, o, len))
+            .collect();
+        deps.sort_by_key(|d| d.0);
         let what = format!(
             "seed {seed} slot {slot_ns} x {slots} {policy:?} root gate {root_gate} {rr} {rb} mid {mr} {mb} flow {fr} {fb} flows {nflows}"
         );
