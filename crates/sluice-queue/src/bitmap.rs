@@ -71,10 +71,12 @@ impl HierBitmap {
         self.words[self.offsets[self.levels - 1]] == 0
     }
 
-    /// Whether bucket `i` is marked.
+    /// Whether bucket `i` is marked (false for a bucket beyond [`HierBitmap::bits`]).
     #[inline]
     pub fn contains(&self, i: usize) -> bool {
-        self.words[i / 64] & (1 << (i % 64)) != 0
+        // The upper levels' words follow the leaves': past the last leaf word, `i / 64` would
+        // name a parent word.
+        i < self.bits && self.words[i / 64] & (1 << (i % 64)) != 0
     }
 
     /// Mark bucket `i` non-empty.
@@ -183,6 +185,20 @@ mod tests {
         assert_eq!(HierBitmap::new(4097).unwrap().levels, 3);
         assert_eq!(HierBitmap::new(262_144).unwrap().levels, 3);
         assert_eq!(HierBitmap::new(262_145).unwrap().levels, 4);
+    }
+
+    /// A bucket past the end is never marked: the word after the last leaf word is a parent
+    /// word, set as soon as any bucket is (it answered `true` for bucket 128 of 100).
+    #[test]
+    fn buckets_past_the_end_are_not_marked() {
+        for bits in [1, 63, 64, 65, 100, 4096, 4097] {
+            let mut bm = HierBitmap::new(bits).unwrap();
+            bm.set(0);
+            bm.set(bits - 1);
+            let past = bm.words.len() * 64;
+            assert!((bits..past).all(|i| !bm.contains(i)), "{bits} buckets");
+            assert!(bm.contains(0) && bm.contains(bits - 1));
+        }
     }
 
     proptest! {
