@@ -16,10 +16,12 @@
 //!
 //! Bucket j (0 = first) has index `Imax - j`, so the paper's max-queue serves our minimum.
 //!
-//! **Errors and their bound.** The estimate is exact when the occupied buckets are contiguous
-//! from the first one (dense occupancy: timestamps, LSTF) and that block starts in the first
-//! four fifths or so of the window; one that starts later and runs to the window's end is a
-//! miss (below), still answered exactly. Gaps move it:
+//! **Errors and their bound.** The estimate is exact when the occupied buckets are one
+//! contiguous block from the first one (dense occupancy: timestamps, LSTF) at least `I0 + 2`
+//! buckets long (129 for alpha = 16), wherever it lies; so a block that runs to the window's
+//! end must start that far before it (in the window's first four fifths for alpha = 16, its
+//! first 70% for alpha = 64). A shorter block, a lone bucket say, may be a miss (below), still
+//! answered exactly. Gaps move it:
 //! - towards later buckets than the true first by at most `E(alpha)` buckets (a heavy
 //!   concentration far behind the first bucket pulls the curvature; Appendix B, case 2). If that
 //!   bucket is occupied it is served: an **order error of at most `E(alpha)` buckets**

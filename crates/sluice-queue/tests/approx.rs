@@ -296,3 +296,54 @@ fn an_estimate_that_falls_in_a_gap_past_the_first_is_searched_back_from() {
     }
     assert!(missed > 0);
 }
+
+/// The module note's condition for an exact estimate, for every alpha: one block of occupied
+/// buckets from the first, at least `I0 + 2` long, is found without a miss wherever it lies
+/// (one that runs to the window's end must start at least that far before it: in its first
+/// 70% for alpha = 64, not its first four fifths); a shorter one, a lone bucket say, may miss,
+/// and is found exactly all the same.
+#[test]
+fn a_block_of_at_least_i0_plus_two_buckets_is_exact_for_every_alpha() {
+    use sluice_queue::approx_gradient::{ApproxGradient, Window};
+    use sluice_queue::fixed::BucketIndex;
+    let block = |alpha, n, s: usize, len: usize| {
+        let mut idx = ApproxGradient::new(alpha, n).unwrap();
+        for b in s..s + len {
+            idx.insert(b);
+        }
+        let first = idx.first(|j| (s..s + len).contains(&j));
+        (first, idx.misses())
+    };
+    for alpha in [1, 2, 3, 4, 8, 16, 32, 64] {
+        let w = Window::for_alpha(alpha).unwrap();
+        let (n, long) = (w.buckets(), w.i0 as usize + 2);
+        let step = 1 + n / 40;
+        for s in (0..=n - long).step_by(step) {
+            assert_eq!(
+                block(alpha, n, s, long),
+                (Some(s), 0),
+                "alpha {alpha}: [{s}, +{long})"
+            );
+            assert_eq!(
+                block(alpha, n, s, n - s),
+                (Some(s), 0),
+                "alpha {alpha}: [{s}, {n})"
+            );
+        }
+        let mut missed = 0;
+        for s in (0..n).step_by(step) {
+            let short = (long - 2).min(n - s);
+            let (first, misses) = block(alpha, n, s, short);
+            assert_eq!(
+                first,
+                Some(s),
+                "alpha {alpha}: [{s}, +{short}) found exactly"
+            );
+            missed += misses;
+        }
+        assert!(
+            missed > 0,
+            "alpha {alpha}: a block of I0 buckets misses somewhere"
+        );
+    }
+}
