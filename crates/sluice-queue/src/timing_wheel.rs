@@ -14,8 +14,12 @@
 //! ~16k flows) and gives [`RankQueue::next_deadline`] (Eiffel's `SoonestDeadline`) in
 //! O(log64 slots), so a host can sleep until the next release instead of spinning.
 //!
-//! `front` only moves forward: [`RankQueue::pop_due`] and [`RankQueue::advance`] move it to
-//! `now` (never past a queued packet), [`RankQueue::pop_min`] to the popped packet's slot.
+//! `front` only moves forward: [`RankQueue::advance`], and [`RankQueue::pop_due`] when nothing
+//! is due, move it to `now` (never past a queued packet); [`RankQueue::pop_min`], and `pop_due`
+//! when it pops, to the popped packet's slot, which may lie well before `now` (finding the
+//! next packet to stop at would cost a second search per pop). A host that pushes between
+//! pops calls `advance(now)` first, or a timestamp within the horizon of `now` may be beyond
+//! the horizon of the front (clamped or rejected).
 //!
 //! | parameter | meaning | Carousel's example |
 //! |---|---|---|
@@ -262,5 +266,30 @@ impl<T: Copy> RankQueue<T> for TimingWheel<T> {
 
     fn stats(&self) -> QueueStats {
         self.store.stats().with_range(&self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module note: a `pop_due` that pops leaves the front at the popped packet's slot,
+    /// not at `now`; a push relative to `now` is placed right after `advance(now)` (or a
+    /// `pop_due` that finds nothing due).
+    #[test]
+    fn a_pop_due_that_pops_leaves_the_front_at_the_packet() {
+        let mut cfg = WheelConfig::new(8, 1, 16);
+        cfg.overflow = Overflow::Reject;
+        let mut w = TimingWheel::new(cfg).unwrap();
+        w.push(2, 1u32).unwrap();
+        assert_eq!(w.pop_due(100).map(|e| e.item), Some(1));
+        assert_eq!(w.front_ns(), 2);
+        assert!(matches!(w.push(103, 2), Err(PushError::OutOfRange { .. })));
+        w.advance(100);
+        assert_eq!(w.front_ns(), 100);
+        w.push(103, 2).unwrap();
+        assert_eq!(w.pop_due(102), None);
+        assert_eq!(w.front_ns(), 102, "nothing due: the front moves to now");
+        assert_eq!(w.pop_due(103).map(|e| e.item), Some(2));
     }
 }
