@@ -35,7 +35,9 @@
 //!   slot's generation moves on each time it is freed, so another queue's handle is caught
 //!   until one of this queue's slots has been freed as many times as the seeds lie apart
 //!   (11 703 frees of one slot for two queues made 75 025 queues apart; 117 257 for 17 711).
-//!   A host keeps each handle with the queue that issued it.
+//!   A host keeps each handle with the queue that issued it, and drops it once its item
+//!   leaves: generations wrap after 2^32 frees of one slot, so a handle kept that long could
+//!   name a newer item in the same slot.
 //! - **Time** is passed in: [`RankQueue::pop_due`] and [`RankQueue::next_deadline`] treat ranks
 //!   as nanoseconds for the time-indexed use (Eiffel's `SoonestDeadline`); nothing reads a clock.
 //!
