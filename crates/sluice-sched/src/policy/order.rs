@@ -100,7 +100,7 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now on a bucketed queue (see `time_rank`). A packet without one (0) ranks as late as a
+/// now on a bucketed queue (see `time_rank`); on an exact one, the deadline less one ns. A packet without one (0) ranks as late as a
 /// rank can be: after every packet due within the second on a bucketed queue (first come
 /// first served with those due later), after every packet with a deadline on an exact one.
 #[derive(Debug, Default)]
@@ -132,6 +132,12 @@ impl Policy for Edf {
         now: u64,
         floor: Rank,
     ) -> Rank {
+        if self.exact {
+            // The deadlines themselves, less one, so that every deadline (1 ..= 2^64 - 1) ranks
+            // before none (0, wrapped to the last rank). Ranked as it, a deadline of 2^64 - 1 or
+            // 2^64 - 2 ns tied with none, and a packet without one that came first left first.
+            return pkt.deadline.wrapping_sub(1);
+        }
         // Not given: as late as a rank can be.
         let t = if pkt.deadline == 0 {
             u64::MAX
