@@ -18,6 +18,8 @@
 //! - drr: within a round, members leave in the order they joined it (the policy's doc:
 //!   "members in one round leave in the order they joined it"); see the DRR model for how this
 //!   differs from Linux fq's cyclic list.
+//! - fq: Linux fq's lists (new flows, then old, each in order), in a regime where the docs'
+//!   additions (a bank of missed rounds, a debt kept across idle time) do not apply.
 
 use proptest::prelude::*;
 use sluice_queue::QueueKind;
@@ -647,4 +649,94 @@ fn edf_sends_a_packet_without_a_deadline_after_the_latest_deadline() {
     }
     let order: Vec<u64> = std::iter::from_fn(|| s.dequeue(0).map(|d| d.token)).collect();
     assert_eq!(order, [4, 3, 2, 1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fq: Linux fq's flow scheduling (net/sched/sch_fq.c, fq_dequeue): a flow that becomes active
+// joins the tail of the new flows with `initial quantum` (10 x 1514 B) of credit; new flows are
+// served before old ones; at its turn a flow whose credit is not positive gets a quantum and
+// goes to the tail of the old flows; otherwise it sends its first packet, charged to its
+// credit; an empty flow leaves. The docs add a bank of quanta for a flow that comes back after
+// rounds ended and keep a debt across idle time; so that those do not apply, the properties
+// below send each flow its packets at once (a flow never comes back), and packets no longer
+// than the quantum (a flow never owes more than one round).
+
+#[derive(Default)]
+struct LinuxFq {
+    quantum: i64,
+    queues: Vec<VecDeque<(u64, u32)>>,
+    credit: Vec<i64>,
+    new: VecDeque<usize>,
+    old: VecDeque<usize>,
+}
+
+impl Model for LinuxFq {
+    fn arrive(&mut self, _: u64, token: u64, f: usize, len: u32, _: u64) {
+        if self.queues.len() <= f {
+            self.queues.resize_with(f + 1, VecDeque::new);
+            self.credit.resize(f + 1, 0);
+        }
+        let listed = self.new.contains(&f) || self.old.contains(&f);
+        if !listed {
+            self.credit[f] = 10 * 1514;
+            self.new.push_back(f);
+        }
+        self.queues[f].push_back((token, len));
+    }
+    fn depart(&mut self, _: u64, got: Option<u64>) -> Result<(), String> {
+        loop {
+            let (f, from_new) = match (self.new.front(), self.old.front()) {
+                (Some(&f), _) => (f, true),
+                (None, Some(&f)) => (f, false),
+                (None, None) => return expect(None, got),
+            };
+            let list = if from_new {
+                &mut self.new
+            } else {
+                &mut self.old
+            };
+            if self.credit[f] <= 0 {
+                self.credit[f] += self.quantum;
+                list.pop_front();
+                self.old.push_back(f);
+                continue;
+            }
+            let Some((token, len)) = self.queues[f].pop_front() else {
+                // Empty: a new flow takes a turn among the old ones first, if there are any.
+                list.pop_front();
+                if from_new && !self.old.is_empty() {
+                    self.old.push_back(f);
+                }
+                continue;
+            };
+            self.credit[f] -= i64::from(len);
+            return expect(Some(token), got);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// fq over flows that each send a burst once: Linux fq's order.
+    #[test]
+    fn fq_is_linux_fq_for_flows_that_send_once(
+        quantum in 1514u32..4000,
+        bursts in prop::collection::vec((1usize..12, 0usize..4), 1..24),
+        lens in prop::collection::vec(1u32..=1514, 64),
+    ) {
+        let s = leaf(PolicyKind::Fq, |spec| spec.flows.quantum = quantum);
+        // Flow k sends its burst of n packets at once, after d dequeues.
+        let mut steps = Vec::new();
+        let mut l = 0;
+        for (k, &(n, d)) in bursts.iter().enumerate() {
+            steps.extend((0..d).map(|_| Step { dt: 1, op: Op::Deq }));
+            for _ in 0..n {
+                l += 1;
+                steps.push(Step { dt: 0, op: Op::Enq { key: k, len: lens[l % lens.len()], x: 0 } });
+            }
+        }
+        let mut model = LinuxFq { quantum: i64::from(quantum), ..LinuxFq::default() };
+        run(s, &mut model, Members::Flows, no_fields, &steps)?;
+    }
 }
