@@ -100,9 +100,10 @@ impl Policy for Prio {
 }
 
 /// Earliest deadline first: rank = the packet's absolute `deadline` (ns), within a second of
-/// now on a bucketed queue (see `time_rank`); on an exact one, the deadline less one ns. A packet without one (0) ranks as late as a
-/// rank can be: after every packet due within the second on a bucketed queue (first come
-/// first served with those due later), after every packet with a deadline on an exact one.
+/// now on a bucketed queue (see `time_rank`); on an exact one, the deadline less one ns. A
+/// packet without one (0) ranks as late as a rank can be: after every packet due within the
+/// second on a bucketed queue (first come first served with those due later), after every
+/// packet with a deadline on an exact one.
 #[derive(Debug, Default)]
 pub struct Edf {
     /// Rank by the deadlines themselves ([`Policy::exact_queues`]).
@@ -136,6 +137,8 @@ impl Policy for Edf {
             // The deadlines themselves, less one, so that every deadline (1 ..= 2^64 - 1) ranks
             // before none (0, wrapped to the last rank). Ranked as it, a deadline of 2^64 - 1 or
             // 2^64 - 2 ns tied with none, and a packet without one that came first left first.
+            // (A packet's rank may be ABSENT's value: that means "not queued" only to a
+            // member's queues, and a per-packet node pushes every rank it is given.)
             return pkt.deadline.wrapping_sub(1);
         }
         // Not given: as late as a rank can be.
