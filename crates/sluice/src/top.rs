@@ -7,7 +7,8 @@
 //! backpressure counts and its busiest flows by rate. Rates are differences of cumulative byte
 //! counters over the difference of the daemon's own uptime stamps, so a slow or late poll never
 //! skews them; a frame without a previous sample (the first one), or after the daemon restarted
-//! (uptime went backwards), shows `-`. `--once` takes two samples one interval apart and prints
+//! (its uptime went backwards, or moved on by less than the time that passed between the two
+//! polls, which one run's cannot: see [`same_run`]), shows `-`. `--once` takes two samples one interval apart and prints
 //! one frame, so its rates are real. A daemon that cannot be reached at the start is an error;
 //! once a frame is shown, a failed poll (the daemon busy, restarting or gone) is said under the
 //! last frame and polling goes on.
@@ -26,7 +27,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where `sluice run` puts its control socket unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
@@ -84,13 +85,19 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     if args.once {
         let first = fetch(&args.socket)?;
+        let answered = Instant::now();
         std::thread::sleep(args.interval);
+        let asked = Instant::now();
         let second = fetch(&args.socket)?;
-        return emit(&mut out, &render(Some(&first), &second, &view));
+        let first = Some(&first)
+            .filter(|f| same_run(f, &second, asked.saturating_duration_since(answered)));
+        return emit(&mut out, &render(first, &second, &view));
     }
-    let mut prev: Option<Snapshot> = None;
+    // The last sample, and when the poll that returned it ended.
+    let mut prev: Option<(Snapshot, Instant)> = None;
     let mut last_frame = String::new();
     loop {
+        let asked = Instant::now();
         let cur = match fetch(&args.socket) {
             Ok(s) => s,
             // Once it has shown a frame, top outlasts a daemon that is busy ("try again"),
@@ -111,7 +118,12 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let frame = render(prev.as_ref(), &cur, &view);
+        let answered = Instant::now();
+        let before = prev
+            .as_ref()
+            .filter(|(p, at)| same_run(p, &cur, asked.saturating_duration_since(*at)))
+            .map(|(p, _)| p);
+        let frame = render(before, &cur, &view);
         let text = match (tty, prev.is_some()) {
             (true, _) => format!("{CLEAR}{frame}"),
             (false, true) => format!("\n{frame}"),
@@ -119,9 +131,22 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
         };
         emit(&mut out, &text)?;
         last_frame = frame;
-        prev = Some(cur);
+        prev = Some((cur, answered));
         std::thread::sleep(args.interval);
     }
+}
+
+/// Whether `cur` can come from the same daemon run as `prev`, when `gap` passed on this
+/// process's clock between the end of the poll that returned `prev` and the start of the one
+/// that returned `cur`. One run's uptime moves on by at least that much (the daemon's clock is
+/// CLOCK_MONOTONIC, as [`Instant`] is): a smaller step means the daemon restarted in between,
+/// even when its new run is already older than the old one was, and the counters of the two
+/// runs must not be subtracted.
+fn same_run(prev: &Snapshot, cur: &Snapshot, gap: Duration) -> bool {
+    let gap_ns = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
+    cur.uptime_ns
+        .checked_sub(prev.uptime_ns)
+        .is_some_and(|step| step > 0 && step >= gap_ns)
 }
 
 /// An interval as the command line spells it: `1s`, `250ms`.
@@ -578,6 +603,22 @@ link a -> b   policy three.toml
         );
         assert!(first.contains("12.9 MB  10.0.0.1:5001"), "{first}");
         assert!(!first.contains("udp"), "--flows 1 shows one: {first}");
+    }
+
+    #[test]
+    fn a_run_is_the_same_only_if_its_uptime_kept_up_with_the_polls() {
+        let at = |uptime_ns| Snapshot {
+            uptime_ns,
+            ..Snapshot::default()
+        };
+        let ms = Duration::from_millis;
+        assert!(same_run(&at(1_000_000_000), &at(2_000_000_000), ms(900)));
+        assert!(same_run(&at(1_000_000_000), &at(2_000_000_000), ms(1000)));
+        // Restarted: up 1 s, then 10 ms more although a second passed between the polls.
+        assert!(!same_run(&at(1_000_000_000), &at(1_010_000_000), ms(1000)));
+        // Restarted: the uptime went backwards, or did not move.
+        assert!(!same_run(&at(5), &at(4), Duration::ZERO));
+        assert!(!same_run(&at(5), &at(5), Duration::ZERO));
     }
 
     #[test]
