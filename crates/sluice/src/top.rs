@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Where `sluice run` puts its control socket unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
@@ -71,7 +72,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 pub struct View {
     /// Busiest flows shown per link.
     pub flows: usize,
-    /// Lines are cut to this many characters (None: never).
+    /// Lines are cut to this many terminal columns (None: never).
     pub width: Option<usize>,
 }
 
@@ -247,14 +248,16 @@ fn reasons(counts: &HashMap<String, u64>) -> String {
         .join(", ")
 }
 
-/// Right-aligned table: the first column left-aligned, the rest right-aligned.
+/// Right-aligned table: the first column left-aligned, the rest right-aligned. Cells are
+/// measured in terminal columns, not characters: a node name may hold letters two columns
+/// wide (CJK) or none (combining vowel signs).
 fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
                 .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
+                .map(|s| s.width())
                 .max()
                 .unwrap_or(0)
         })
@@ -262,15 +265,31 @@ fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     for row in rows {
         let mut line = String::from(indent);
         for (c, cell) in row.iter().enumerate() {
+            let pad = " ".repeat(widths[c].saturating_sub(cell.width()));
             if c == 0 {
-                let _ = write!(line, "{cell:<w$}", w = widths[0]);
+                line.push_str(cell);
+                line.push_str(&pad);
             } else {
-                let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+                line.push_str("  ");
+                line.push_str(&pad);
+                line.push_str(cell);
             }
         }
         out.push_str(line.trim_end());
         out.push('\n');
     }
+}
+
+/// `line` cut to at most `width` terminal columns.
+fn cut(line: &str, width: usize) -> &str {
+    let mut used = 0;
+    for (i, ch) in line.char_indices() {
+        used += ch.width().unwrap_or(0);
+        if used > width {
+            return &line[..i];
+        }
+    }
+    line
 }
 
 /// One frame: `cur`, with rates measured since `prev` when given.
@@ -313,10 +332,7 @@ pub fn render(prev: Option<&Snapshot>, cur: &Snapshot, view: &View) -> String {
     }
 
     match view.width {
-        Some(w) => out
-            .lines()
-            .map(|l| l.chars().take(w).collect::<String>() + "\n")
-            .collect(),
+        Some(w) => out.lines().map(|l| cut(l, w).to_string() + "\n").collect(),
         None => out,
     }
 }
@@ -635,6 +651,59 @@ link a -> b   policy three.toml
         assert!(frame.lines().all(|l| l.chars().count() <= 20), "{frame}");
         assert!(!frame.contains("top flows"));
         assert!(frame.ends_with('\n'));
+    }
+
+    /// Policy node names may be any letters (`sluice policy check` takes `金牌`), and a CJK
+    /// letter takes two columns of a terminal. Columns were padded by characters, so every
+    /// column after such a name moved right, and a line cut to the width by characters ran
+    /// past it.
+    #[test]
+    fn wide_letters_in_names_keep_the_columns_aligned_and_within_the_width() {
+        use unicode_width::UnicodeWidthStr;
+        let (mut prev, mut cur) = samples();
+        for s in [&mut prev, &mut cur] {
+            s.links[0].classes[1].name = "金牌".into();
+            s.links[0].classes[2].name = "हिंदी".into();
+        }
+        let frame = render(
+            Some(&prev),
+            &cur,
+            &View {
+                flows: 5,
+                width: None,
+            },
+        );
+        let rows: Vec<&str> = frame
+            .lines()
+            .skip_while(|l| !l.starts_with("  class"))
+            .take(4)
+            .collect();
+        assert!(rows[1].trim_start().starts_with("root"), "{frame}");
+        // Every column is right-aligned after the name: all rows end in the same column.
+        let widths: Vec<usize> = rows.iter().map(|r| r.width()).collect();
+        assert!(
+            widths.iter().all(|&w| w == widths[0]),
+            "{widths:?}\n{frame}"
+        );
+        assert!(rows[2].trim_start().starts_with("金牌"), "{frame}");
+
+        for width in [12, 13, 40] {
+            let cut = render(
+                Some(&prev),
+                &cur,
+                &View {
+                    flows: 5,
+                    width: Some(width),
+                },
+            );
+            assert!(
+                cut.lines().all(|l| l.width() <= width),
+                "width {width}:\n{cut}"
+            );
+            // Cut where the next letter would not fit, not earlier.
+            let gold = cut.lines().find(|l| l.contains("金牌")).unwrap();
+            assert!(gold.width() >= width - 1, "width {width}: {gold:?}");
+        }
     }
 
     #[test]
