@@ -213,6 +213,20 @@ fn in_netns(ns: &str, program: &str, args: &[&str]) -> Command {
     c
 }
 
+/// An error if a namespace of one of the demo's `names` exists already (`exists` tells). The
+/// daemon would refuse it, and the demo's guard, which removes its namespaces by name if the
+/// daemon could not, would then delete a namespace the demo never created.
+fn refuse_taken(names: &[String], exists: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    if let Some(ns) = names.iter().find(|ns| exists(ns)) {
+        bail!(
+            "namespace {ns} already exists (an earlier demo killed outright with this process \
+             id, or someone else's); the demo removes only what it created: check it and \
+             remove it with `ip netns del {ns}`"
+        );
+    }
+    Ok(())
+}
+
 /// Wait until the daemon answers on its control socket.
 fn wait_ready(lab: &mut Lab, socket: &Path) -> anyhow::Result<Snapshot> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -248,6 +262,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create {} {hint}", dir.display()))?;
     let netns = [format!("sldemo{pid}a"), format!("sldemo{pid}b")];
+    // Before the guard, which removes these names when the demo ends: never someone else's.
+    refuse_taken(&netns, sluice_dp::netns::netns_exists)?;
     let mut lab = Lab {
         dir: dir.clone(),
         daemon: None,
@@ -476,4 +492,25 @@ fn summary(from: &Snapshot, to: &Snapshot) -> String {
     let drops: u64 = to.drops.values().sum();
     text += &format!("drops {drops}, ECN marks {}\n", to.ecn_marked);
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A namespace of the demo's names that already existed was refused by the daemon, and
+    /// then deleted by the demo's guard, which removes its namespaces by name as a last resort.
+    #[test]
+    fn a_namespace_name_in_use_is_refused_and_named() {
+        let names = ["sldemo77a".to_string(), "sldemo77b".to_string()];
+        assert!(refuse_taken(&names, |_| false).is_ok());
+        let err = refuse_taken(&names, |ns| ns == "sldemo77b")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("namespace sldemo77b already exists"),
+            "{err}"
+        );
+        assert!(err.contains("`ip netns del sldemo77b`"), "{err}");
+    }
 }

@@ -1265,6 +1265,45 @@ fn a_demo_killed_outright_takes_its_children_with_it() {
     assert_demo_gone(pid);
 }
 
+/// A namespace with one of the demo's names (`sldemo<pid>a`: a demo killed outright whose
+/// daemon was killed too, and a process id used again) is not the demo's to delete: the demo
+/// refuses before it creates anything and leaves it. It used to start the daemon, which
+/// refused the busy namespace, and then its guard deleted it as a last resort. (No traffic:
+/// the demo stops at once.)
+#[test]
+fn a_demo_whose_namespace_name_is_taken_leaves_it_alone() {
+    let Some(_lab) = Lab::new("demo-taken", false, &["iperf3"]) else {
+        return;
+    };
+    // The shell creates the name with its own pid, then becomes the demo with that pid.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"ip netns add "sldemo$$"a && exec "$0" demo --duration 3s --plain"#,
+            env!("CARGO_BIN_EXE_sluice"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = out.id();
+    let name = format!("sldemo{pid}a");
+    let out = out.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let left = netns_exists(&name);
+    let _ = Command::new("ip").args(["netns", "del", &name]).status();
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        left,
+        "the demo deleted {name}, which it did not create: {err}"
+    );
+    assert!(
+        err.contains(&format!("namespace {name} already exists")),
+        "{err}"
+    );
+    assert!(!netns_exists(&format!("sldemo{pid}b")), "{err}");
+}
+
 /// The demo's process id, from the namespace names it prints first (`sldemo<pid>a`).
 fn out_pid_from(text: &str) -> u32 {
     let start = text.find("sldemo").expect("the namespaces are named") + "sldemo".len();
