@@ -63,15 +63,27 @@ impl Table {
     }
 }
 
-/// Write `rows` under `header` as CSV (fields here never contain commas or quotes).
+/// Write `rows` under `header` as CSV; a field with a comma, a quote or a line break is
+/// quoted, its quotes doubled (RFC 4180).
 pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut s = header.join(",");
-    s.push('\n');
+    let line = |fields: &mut dyn Iterator<Item = &str>| {
+        let quoted: Vec<String> = fields.map(csv_field).collect();
+        quoted.join(",") + "\n"
+    };
+    let mut s = line(&mut header.iter().copied());
     for r in rows {
-        s.push_str(&r.join(","));
-        s.push('\n');
+        s.push_str(&line(&mut r.iter().map(String::as_str)));
     }
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// One CSV field, quoted if it needs to be.
+fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
 }
 
 /// Make sure `dir`, given by `flag`, can take the report's files before anything is measured:
@@ -246,6 +258,34 @@ mod tests {
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A field with a comma, a quote or a line break is quoted (RFC 4180), so that every row
+    /// keeps its columns whatever a caller passes (the memory table's states have commas,
+    /// which `bench flow` turns into semicolons itself, and its CSV keeps that form).
+    #[test]
+    fn csv_fields_with_commas_quotes_or_line_breaks_are_quoted() {
+        let dir = std::env::temp_dir().join(format!("sluice-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.csv");
+        write_csv(
+            &path,
+            &["state", "n"],
+            &[
+                vec!["record (admission, queue)".into(), "1".into()],
+                vec!["a \"quoted\" word".into(), "2".into()],
+                vec!["two\nlines".into(), "".into()],
+                vec!["plain".into(), "3.5".into()],
+            ],
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            text,
+            "state,n\n\"record (admission, queue)\",1\n\"a \"\"quoted\"\" word\",2\n\
+             \"two\nlines\",\nplain,3.5\n"
+        );
     }
 
     #[test]
