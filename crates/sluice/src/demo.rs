@@ -257,13 +257,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     report_leftovers();
     let pid = std::process::id();
+    let netns = [format!("sldemo{pid}a"), format!("sldemo{pid}b")];
+    // Before anything is created and before the guard, which removes these names when the
+    // demo ends: never someone else's.
+    refuse_taken(&netns, sluice_dp::netns::netns_exists)?;
     let dir = std::env::temp_dir().join(format!("sluice-demo-{pid}"));
     let hint = "(set TMPDIR to a writable directory with room)";
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create {} {hint}", dir.display()))?;
-    let netns = [format!("sldemo{pid}a"), format!("sldemo{pid}b")];
-    // Before the guard, which removes these names when the demo ends: never someone else's.
-    refuse_taken(&netns, sluice_dp::netns::netns_exists)?;
     let mut lab = Lab {
         dir: dir.clone(),
         daemon: None,

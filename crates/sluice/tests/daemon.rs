@@ -1302,6 +1302,8 @@ fn a_demo_whose_namespace_name_is_taken_leaves_it_alone() {
         "{err}"
     );
     assert!(!netns_exists(&format!("sldemo{pid}b")), "{err}");
+    let scratch = std::env::temp_dir().join(format!("sluice-demo-{pid}"));
+    assert!(!scratch.exists(), "{} is left", scratch.display());
 }
 
 /// The demo's process id, from the namespace names it prints first (`sldemo<pid>a`).
