@@ -168,14 +168,22 @@ fn emit(out: &mut impl Write, text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The terminal's width from `COLUMNS`, when the shell exports it.
+/// The terminal's width: `COLUMNS` when the shell exports it (a user's override), else what
+/// the terminal on stdout says (shells rarely export `COLUMNS`).
 fn terminal_width() -> Option<usize> {
-    std::env::var("COLUMNS")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&w| w > 0)
+    width_of(std::env::var("COLUMNS").ok().as_deref(), std::io::stdout())
+}
+
+/// [`terminal_width`], from `columns` (`COLUMNS`) or the terminal `tty`.
+fn width_of(columns: Option<&str>, tty: impl std::os::fd::AsFd) -> Option<usize> {
+    let exported = columns
+        .and_then(|c| c.trim().parse().ok())
+        .filter(|&w| w > 0);
+    exported.or_else(|| {
+        terminal_size::terminal_size_of(tty)
+            .map(|(terminal_size::Width(w), _)| usize::from(w))
+            .filter(|&w| w > 0)
+    })
 }
 
 /// One snapshot from the daemon at `socket`.
@@ -437,6 +445,26 @@ fn render_link(
 mod tests {
     use super::*;
     use sluice_dp::stats::{ClassSnapshot, FlowSnapshot};
+
+    /// The width comes from `COLUMNS` when it is a positive number, else from the terminal
+    /// (a pseudo-terminal 77 columns wide here), else there is none (not a terminal).
+    #[test]
+    fn the_width_is_columns_or_the_terminals() {
+        let size = nix::pty::Winsize {
+            ws_row: 24,
+            ws_col: 77,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(Some(&size), None).unwrap();
+        assert_eq!(width_of(None, &pty.slave), Some(77));
+        assert_eq!(width_of(Some("120"), &pty.slave), Some(120));
+        for ignored in ["0", "", "wide"] {
+            assert_eq!(width_of(Some(ignored), &pty.slave), Some(77), "{ignored:?}");
+        }
+        let file = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(width_of(None, &file), None);
+    }
 
     fn class(
         name: &str,
