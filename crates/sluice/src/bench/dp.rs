@@ -75,9 +75,9 @@ pub struct DpArgs {
     /// The `sluice` binary to run as the daemon. Default: this executable.
     #[arg(long)]
     sluice: Option<PathBuf>,
-    /// Sluice's policy over the flows: fq, drr or wfq.
-    #[arg(long, default_value = "fq", value_parser = ["fq", "drr", "wfq"])]
-    leaf: String,
+    /// Sluice's policy over the flows: fq, drr or wfq. Default: fq.
+    #[arg(long, value_parser = ["fq", "drr", "wfq"])]
+    leaf: Option<String>,
     /// Sluice's burst at the root (a size). Default: TBF's, 256 KiB per Gbit/s of the target
     /// (2.1 ms of traffic; at least 96 KiB).
     #[arg(long, value_parser = parse_burst)]
@@ -199,7 +199,7 @@ struct Plan {
     warmup: Duration,
 }
 
-fn plan(args: &DpArgs) -> Plan {
+fn plan(args: &DpArgs) -> anyhow::Result<Plan> {
     let pick = |given: &[usize], full: &[usize], quick: &[usize]| -> Vec<usize> {
         if !given.is_empty() {
             given.to_vec()
@@ -222,6 +222,24 @@ fn plan(args: &DpArgs) -> Plan {
     } else {
         args.shapers.clone()
     };
+    // Sluice's own options would do nothing without a Sluice run: refused, not ignored.
+    if !shapers.contains(&Shaper::Sluice) {
+        let given: Vec<&str> = [
+            ("--leaf", args.leaf.is_some()),
+            ("--burst", args.burst.is_some()),
+            ("--daemon", !args.daemon.is_empty()),
+            ("--sluice", args.sluice.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, set)| set.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            bail!(
+                "{} set(s) Sluice's daemon, but --shapers does not include sluice",
+                given.join(", ")
+            );
+        }
+    }
     // Each run once, whatever the command line repeats.
     shapers.sort();
     shapers.dedup();
@@ -231,13 +249,13 @@ fn plan(args: &DpArgs) -> Plan {
     targets.sort_unstable();
     targets.dedup();
     let window = args.duration.unwrap_or(if args.quick { 4 } else { 10 });
-    Plan {
+    Ok(Plan {
         flows,
         targets,
         shapers,
         window: Duration::from_secs(window),
         warmup: Duration::from_secs(args.warmup),
-    }
+    })
 }
 
 /// One run's figures.
@@ -344,7 +362,7 @@ fn preflight(binary: &Path) -> anyhow::Result<()> {
 
 /// Run `sluice bench dp`.
 pub fn run(args: &DpArgs) -> anyhow::Result<()> {
-    let plan = plan(args);
+    let plan = plan(args)?;
     let binary = match &args.sluice {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("cannot find this executable")?,
@@ -359,7 +377,7 @@ pub fn run(args: &DpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let setup = SluiceSetup {
         binary,
-        leaf: args.leaf.clone(),
+        leaf: args.leaf.clone().unwrap_or_else(|| "fq".into()),
         burst_bytes: args.burst,
         daemon_keys: args.daemon.clone(),
     };
@@ -866,13 +884,13 @@ mod tests {
 
     #[test]
     fn defaults_and_quick() {
-        let p = plan(&args(&[]).unwrap());
+        let p = plan(&args(&[]).unwrap()).unwrap();
         assert_eq!(p.flows, vec![1, 10, 100, 1000]);
         assert_eq!(p.targets, vec![100_000_000, 1_000_000_000, 5_000_000_000]);
         assert_eq!(p.shapers, Shaper::ALL.to_vec());
         assert_eq!(p.window, Duration::from_secs(10));
         assert_eq!(p.warmup, Duration::from_secs(2));
-        let q = plan(&args(&["--quick"]).unwrap());
+        let q = plan(&args(&["--quick"]).unwrap()).unwrap();
         assert_eq!(q.flows, vec![1, 100]);
         assert_eq!(q.targets, vec![100_000_000, 1_000_000_000]);
         assert_eq!(q.window, Duration::from_secs(4));
@@ -891,12 +909,35 @@ mod tests {
                 "1s",
             ])
             .unwrap(),
-        );
+        )
+        .unwrap();
         assert_eq!(given.flows, vec![10]);
         assert_eq!(given.targets, vec![200_000_000, 2_500_000_000]);
         assert_eq!(given.shapers, vec![Shaper::Sluice, Shaper::Tbf]);
         assert_eq!(given.window, Duration::from_secs(3));
         assert_eq!(given.warmup, Duration::from_secs(1));
+    }
+
+    /// Sluice's own options without a Sluice run would do nothing: refused, naming them.
+    #[test]
+    fn sluice_options_without_sluice_are_refused() {
+        for (extra, flag) in [
+            (&["--leaf", "drr"][..], "--leaf"),
+            (&["--burst", "64KiB"], "--burst"),
+            (&["--daemon", "ecn=off"], "--daemon"),
+            (&["--sluice", "/bin/true"], "--sluice"),
+        ] {
+            let mut a = vec!["--shapers", "htb,tbf"];
+            a.extend_from_slice(extra);
+            let e = plan(&args(&a).unwrap()).unwrap_err().to_string();
+            assert!(
+                e.contains(flag) && e.contains("does not include sluice"),
+                "{e}"
+            );
+            a[1] = "htb,sluice";
+            assert!(plan(&args(&a).unwrap()).is_ok(), "{a:?}");
+        }
+        assert!(plan(&args(&["--shapers", "tbf"]).unwrap()).is_ok());
     }
 
     #[test]
