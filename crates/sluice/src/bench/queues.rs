@@ -49,7 +49,8 @@ pub struct QueuesArgs {
     /// Operations per timing (default 1e6, or 2e5 with --quick).
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     ops: Option<usize>,
-    /// Timed repeats per cell; the median is reported.
+    /// Timed repeats per cell; the median is reported (the upper of the middle two for an
+    /// even count).
     #[arg(long, default_value_t = 5, value_parser = parse_repeats, allow_negative_numbers = true)]
     repeats: usize,
     /// Directory for bench-queues.csv and bench-queues.svg.
