@@ -401,16 +401,51 @@ impl Fq {
     /// when it was detached; the tree entry is marked attached, as the packet joins it.
     fn classify(&mut self, now: u64, key: u64) -> Option<(u32, Option<u32>)> {
         let t = self.tree_of(key);
+        let found = if self.cfg.gc_scan == 0 {
+            // No collection: one search of the tree, as fq's lookup. The entry is written only
+            // when it holds a detach stamp (fq: `flow_queue_add` overwrites `age`), so a lookup
+            // of an attached flow leaves the tree's memory clean.
+            self.trees[t].get_mut(&key).map(|e| {
+                let (id, age) = (entry_id(*e), entry_age(*e));
+                if age.is_some() {
+                    *e = entry(id, 0);
+                }
+                (id, age)
+            })
+        } else {
+            self.lookup_and_collect(now, key, t)
+        };
+        if found.is_some() {
+            return found;
+        }
+        let id = self.flows.insert(Flow {
+            key,
+            head: NIL,
+            tail: NIL,
+            qlen: 0,
+            credit: self.cfg.initial_quantum as i32,
+            next: NIL,
+            detached: true,
+            time_next_packet: 0,
+        })?;
+        self.trees[t].insert(key, entry(id, 0));
+        self.flow_count += 1;
+        self.inactive_flows += 1;
+        Some((id, Some(jiffies(now))))
+    }
+
+    /// [`Fq::classify`]'s lookup with collection (`gc_scan > 0`): find the flow of `key` in
+    /// tree `t`, marking its entry attached, and free the idle flows among the `gc_scan`
+    /// entries on each side of it.
+    fn lookup_and_collect(&mut self, now: u64, key: u64, t: usize) -> Option<(u32, Option<u32>)> {
         let scan = self.cfg.gc_scan;
         let mut victims = [(0u64, 0u32); 2 * MAX_GC_SCAN];
         let mut n = 0;
         let mut found = None;
-        if scan > 0 {
-            for (&k, &e) in self.trees[t].range(..key).rev().take(scan) {
-                if self.gc_candidate(e, now) {
-                    victims[n] = (k, entry_id(e));
-                    n += 1;
-                }
+        for (&k, &e) in self.trees[t].range(..key).rev().take(scan) {
+            if self.gc_candidate(e, now) {
+                victims[n] = (k, entry_id(e));
+                n += 1;
             }
         }
         let gc_age = self.cfg.gc_age_ns;
@@ -429,23 +464,7 @@ impl Fq {
         for &(k, id) in &victims[..n] {
             self.free_flow(t, k, id);
         }
-        if found.is_some() {
-            return found;
-        }
-        let id = self.flows.insert(Flow {
-            key,
-            head: NIL,
-            tail: NIL,
-            qlen: 0,
-            credit: self.cfg.initial_quantum as i32,
-            next: NIL,
-            detached: true,
-            time_next_packet: 0,
-        })?;
-        self.trees[t].insert(key, entry(id, 0));
-        self.flow_count += 1;
-        self.inactive_flows += 1;
-        Some((id, Some(jiffies(now))))
+        found
     }
 
     /// Collect every detached flow idle longer than `gc_age` at `now`, in every tree (what fq
