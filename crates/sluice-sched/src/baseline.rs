@@ -688,7 +688,12 @@ impl Fq {
             pace = f.credit <= 0;
         }
         if pace && rate != u64::MAX {
-            let mut delay = (u128::from(plen) * 8_000_000_000 / u128::from(rate)) as u64;
+            // A 64-bit division, as fq's `div64_ul`, whenever the bits times 1e9 fit in 64 bits
+            // (packets and quanta below 2.3 GB); 128 bits otherwise. The same quotient.
+            let mut delay = match u64::from(plen).checked_mul(8_000_000_000) {
+                Some(x) => x / rate,
+                None => (u128::from(plen) * 8_000_000_000 / u128::from(rate)) as u64,
+            };
             if delay > MAX_DELAY_NS {
                 delay = MAX_DELAY_NS;
                 self.stats.pkts_too_long += 1;
