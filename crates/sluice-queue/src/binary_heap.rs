@@ -198,8 +198,10 @@ impl<T: Copy> RankQueue<T> for BinaryHeapQueue<T> {
         self.slab.capacity()
     }
 
+    /// The top's rank, from its key: the top is live (every operation leaves it so), and a
+    /// heap timer reads its deadline from the heap, not from the item's record.
     fn next_deadline(&self) -> Option<Rank> {
-        self.peek_min().map(|e| e.rank)
+        self.heap.peek().map(|&Reverse(k)| (k >> 64) as Rank)
     }
 
     fn stats(&self) -> QueueStats {
