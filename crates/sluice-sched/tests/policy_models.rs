@@ -171,6 +171,30 @@ fn expect(want: Option<u64>, got: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// Which of `queues` (of packets whose token is `.0`) has the packet the scheduler sent, `got`,
+/// at its head: `None` when it sent nothing and nothing is queued, an error when it sent
+/// nothing while something is, or a packet at no queue's head (`head` names a queue's).
+fn head_of<T>(
+    queues: &[VecDeque<T>],
+    token: impl Fn(&T) -> u64,
+    got: Option<u64>,
+    head: &str,
+) -> Result<Option<usize>, String> {
+    let Some(got) = got else {
+        if queues.iter().all(VecDeque::is_empty) {
+            return Ok(None);
+        }
+        return Err("the scheduler sent nothing while packets were queued".into());
+    };
+    match queues
+        .iter()
+        .position(|q| q.front().is_some_and(|p| token(p) == got))
+    {
+        Some(k) => Ok(Some(k)),
+        None => Err(format!("{got} is no {head}")),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // FIFO, strict priority, EDF, LSTF: a packet's key fixed at arrival, smallest first, arrival
 // order among equal keys.
@@ -350,23 +374,13 @@ impl Model for Pfabric {
     }
     fn depart(&mut self, _: u64, got: Option<u64>) -> Result<(), String> {
         let least = self.queues.iter().flatten().map(|p| p.1).min();
-        let Some(got) = got else {
-            return match least {
-                None => Ok(()),
-                Some(_) => Err("the scheduler sent nothing while packets were queued".into()),
-            };
-        };
-        let Some(k) = self
-            .queues
-            .iter()
-            .position(|q| q.front().is_some_and(|p| p.0 == got))
-        else {
-            return Err(format!("{got} is no flow's earliest packet"));
+        let Some(k) = head_of(&self.queues, |p| p.0, got, "flow's earliest packet")? else {
+            return Ok(());
         };
         let min_k = self.queues[k].iter().map(|p| p.1).min();
         if min_k != least {
             return Err(format!(
-                "{got}'s flow {k} holds least remaining {min_k:?}, another flow {least:?}"
+                "{got:?}'s flow {k} holds least remaining {min_k:?}, another flow {least:?}"
             ));
         }
         self.queues[k].pop_front();
@@ -454,23 +468,13 @@ impl Model for Sfq {
             .filter_map(|q| q.front())
             .map(|p| p.1)
             .min();
-        let Some(got) = got else {
-            return match least {
-                None => Ok(()),
-                Some(_) => Err("the scheduler sent nothing while packets were queued".into()),
-            };
-        };
-        let Some(k) = self
-            .queues
-            .iter()
-            .position(|q| q.front().is_some_and(|p| p.0 == got))
-        else {
-            return Err(format!("{got} is no member's head packet"));
+        let Some(k) = head_of(&self.queues, |p| p.0, got, "member's head packet")? else {
+            return Ok(());
         };
         let (_, start, finish) = self.queues[k].pop_front().expect("head");
         if Some(start) != least {
             return Err(format!(
-                "{got} of member {k} has start tag {start}/{LCM} B, the least is {least:?}"
+                "{got:?} of member {k} has start tag {start}/{LCM} B, the least is {least:?}"
             ));
         }
         self.v = start;
