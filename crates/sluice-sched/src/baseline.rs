@@ -884,10 +884,16 @@ mod tests {
         assert_eq!(fq.dequeue(0).unwrap().flow, 2);
     }
 
+    /// With and without collection on lookup, which find the flow by different paths (the
+    /// one without writes the tree entry only to clear its detach stamp, read here).
     #[test]
     fn a_flow_idle_past_the_refill_delay_gets_a_quantum_of_credit() {
-        for (idle_ms, credit) in [(10, 140), (100, 2 * 1514)] {
-            let mut fq = Fq::new(FqConfig::default());
+        let cases = [(10, 140), (100, 2 * 1514)];
+        for ((idle_ms, credit), gc_scan) in cases.into_iter().flat_map(|c| [(c, 0), (c, 4)]) {
+            let mut fq = Fq::new(FqConfig {
+                gc_scan,
+                ..FqConfig::default()
+            });
             // Flow 1 sends 10 packets on its initial quantum: 140 bytes of credit left.
             for i in 0..10 {
                 fq.enqueue(0, &pkt(i, 1, 0)).unwrap();
@@ -910,7 +916,9 @@ mod tests {
             fq.enqueue(now, &pkt(200, 1, 0)).unwrap();
             let f = &fq.flows.items[id(&fq) as usize];
             assert!(!f.detached);
-            assert_eq!(f.credit, credit, "idle {idle_ms} ms");
+            assert_eq!(f.credit, credit, "idle {idle_ms} ms, gc_scan {gc_scan}");
+            let e = fq.trees[fq.tree_of(1)][&1];
+            assert_eq!(entry_age(e), None, "attached again, gc_scan {gc_scan}");
             fq.check();
         }
     }
