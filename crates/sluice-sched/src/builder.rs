@@ -722,9 +722,9 @@ impl TreeBuilder {
             ns: if s.kind.exact() {
                 u64::MAX
             } else {
-                match u64::try_from(u128::from(s.slot_ns) * s.slots as u128) {
-                    Ok(ns) => ns.clamp(1, u64::MAX - 1),
-                    Err(_) => u64::MAX,
+                match s.slot_ns.checked_mul(s.slots as u64) {
+                    Some(ns) => ns.clamp(1, u64::MAX - 1),
+                    None => u64::MAX,
                 }
             },
             slot_ns: s.slot_ns,
