@@ -66,15 +66,17 @@ impl Table {
 /// Write `rows` under `header` as CSV; a field with a comma, a quote or a line break is
 /// quoted, its quotes doubled (RFC 4180).
 pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let line = |fields: &mut dyn Iterator<Item = &str>| {
-        let quoted: Vec<String> = fields.map(csv_field).collect();
-        quoted.join(",") + "\n"
-    };
-    let mut s = line(&mut header.iter().copied());
+    let mut s = csv_line(header);
     for r in rows {
-        s.push_str(&line(&mut r.iter().map(String::as_str)));
+        s.push_str(&csv_line(r));
     }
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// One CSV line of `fields`, each quoted if it needs to be.
+fn csv_line(fields: &[impl AsRef<str>]) -> String {
+    let quoted: Vec<String> = fields.iter().map(|f| csv_field(f.as_ref())).collect();
+    quoted.join(",") + "\n"
 }
 
 /// One CSV field, quoted if it needs to be.

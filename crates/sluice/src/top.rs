@@ -8,8 +8,8 @@
 //! counters over the difference of the daemon's own uptime stamps, so a slow or late poll never
 //! skews them; a frame without a previous sample (the first one), or after the daemon restarted
 //! (its uptime went backwards, or moved on by less than the time that passed between the two
-//! polls, which one run's cannot: see [`same_run`]), shows `-`. `--once` takes two samples one interval apart and prints
-//! one frame, so its rates are real. A daemon that cannot be reached at the start is an error;
+//! polls, which one run's cannot: see [`same_run`]), shows `-`. `--once` takes two samples one
+//! interval apart and prints one frame, so its rates are real. A daemon that cannot be reached at the start is an error;
 //! once a frame is shown, a failed poll (the daemon busy, restarting or gone) is said under the
 //! last frame and polling goes on.
 //!
