@@ -4,14 +4,11 @@
 /// Parse counts like `1000`, `1e6`, `1_000_000`.
 pub fn parse_count(s: &str) -> Result<usize, String> {
     let t = s.trim().replace('_', "");
-    let v = if let Some((m, e)) = t.split_once(['e', 'E']) {
-        let m: f64 = m.parse().map_err(|_| format!("`{s}` is not a count"))?;
-        let e: i32 = e.parse().map_err(|_| format!("`{s}` is not a count"))?;
-        m * 10f64.powi(e)
-    } else {
-        t.parse::<f64>()
-            .map_err(|_| format!("`{s}` is not a count"))?
-    };
+    // One decimal number, exponent and all, so that it is rounded once: a mantissa times a
+    // power of ten (1.1 * 1e5) is not always whole.
+    let v = t
+        .parse::<f64>()
+        .map_err(|_| format!("`{s}` is not a count"))?;
     if !(v >= 1.0 && v.fract() == 0.0) {
         return Err(format!("`{s}` must be a whole number, at least 1"));
     }
@@ -119,6 +116,20 @@ mod tests {
             Err("`nan` must be a whole number, at least 1".into())
         );
         assert_eq!(parse_count("2e10"), Err("`2e10` is more than 1e10".into()));
+    }
+
+    /// A mantissa times a power of ten in floating point is not always whole (1.1 * 1e5 is
+    /// 110000.00000000001), so counts written so must be read as one decimal number.
+    #[test]
+    fn decimal_mantissas_with_an_exponent_are_whole_counts() {
+        assert_eq!(parse_count("1.1e5"), Ok(110_000));
+        assert_eq!(parse_count("2.2e2"), Ok(220));
+        assert_eq!(parse_count("4.1e6"), Ok(4_100_000));
+        assert_eq!(parse_count("1.15E2"), Ok(115));
+        assert_eq!(
+            parse_count("1.5e0"),
+            Err("`1.5e0` must be a whole number, at least 1".into())
+        );
     }
 
     #[test]
