@@ -7,7 +7,12 @@
 //! round-robin, `--repeats` rounds of `--ops` operations each (after a short warm-up, since the
 //! previous structure evicted the caches); a cell is the median of its rounds. Round-robin
 //! spreads machine noise over all structures, so the ratios of one run hold even when absolute
-//! times drift. Drain timings fill and empty the queue as many times as `--ops` needs.
+//! times drift. Drain timings fill and empty the queue as many times as `--ops` needs. Each
+//! fill draws N ranks in a range of 2^20 above the queue's base: 0 for every structure whose
+//! range is fixed or that orders any rank, and for the moving-range ones (timing wheel, cFFS) the
+//! last rank the previous drain handed out, since their range only moves forward (a wheel files
+//! a rank behind its front in the front slot, so ranks below it would leave in arrival order,
+//! unsorted).
 //! At N above `--ops` a round is one fill and empty of N items, and there are fewer rounds
 //! (about `--repeats * --ops` items in all, at least one round).
 
@@ -89,10 +94,14 @@ struct QueueRunner<Q> {
     n: usize,
     rng: Rng,
     gaps: Vec<u64>,
+    /// Whether the queue's range moves forward with its minimum ([`QueueKind::moving_range`]).
+    moving: bool,
+    /// Drain: the lowest rank of the next fill (see the module note).
+    base: u64,
 }
 
 impl<Q: RankQueue<u32>> QueueRunner<Q> {
-    fn new(mut q: Q, workload: Workload, n: usize) -> Self {
+    fn new(mut q: Q, workload: Workload, n: usize, moving: bool) -> Self {
         let mut rng = Rng::new(0x5eed ^ n as u64);
         let mut gaps = Vec::new();
         match workload {
@@ -109,6 +118,8 @@ impl<Q: RankQueue<u32>> QueueRunner<Q> {
             n,
             rng,
             gaps,
+            moving,
+            base: 0,
         }
     }
 
@@ -126,13 +137,36 @@ impl<Q: RankQueue<u32>> QueueRunner<Q> {
             Workload::Drain => {
                 let rounds = (ops / self.n).max(1);
                 for _ in 0..rounds {
-                    workload::fill(&mut self.q, self.n, range, &mut self.rng);
-                    black_box(workload::drain(&mut self.q));
+                    fill_above(&mut self.q, self.n, self.base, range, &mut self.rng);
+                    let (sum, last) = drain_to_last(&mut self.q);
+                    black_box(sum);
+                    if self.moving {
+                        self.base = last;
+                    }
                 }
                 rounds * self.n
             }
         }
     }
+}
+
+/// [`workload::fill`] above `base`: `n` items with ranks uniform in `[base, base + range)`.
+fn fill_above<Q: RankQueue<u32>>(q: &mut Q, n: usize, base: u64, range: u64, rng: &mut Rng) {
+    for i in 0..n as u32 {
+        let _ = q.push(base + (rng.next_u64() & (range - 1)), i);
+    }
+}
+
+/// [`workload::drain`], which also returns the last rank handed out (0 if none).
+#[inline(never)]
+fn drain_to_last<Q: RankQueue<u32>>(q: &mut Q) -> (u64, u64) {
+    let mut sum = 0u64;
+    let mut last = 0;
+    while let Some(e) = q.pop_min() {
+        sum = sum.wrapping_add(e.rank ^ u64::from(e.item));
+        last = e.rank;
+    }
+    (sum, last)
 }
 
 impl<Q: RankQueue<u32>> Runner for QueueRunner<Q> {
@@ -151,12 +185,13 @@ impl<Q: RankQueue<u32>> Runner for QueueRunner<Q> {
 struct MakeRunner {
     workload: Workload,
     n: usize,
+    moving: bool,
 }
 
 impl Visit for MakeRunner {
     type Out = Box<dyn Runner>;
     fn visit<Q: RankQueue<u32> + 'static>(self, q: Q) -> Box<dyn Runner> {
-        Box::new(QueueRunner::new(q, self.workload, self.n))
+        Box::new(QueueRunner::new(q, self.workload, self.n, self.moving))
     }
 }
 
@@ -167,7 +202,12 @@ fn runner(
     n: usize,
     buckets: usize,
 ) -> anyhow::Result<Box<dyn Runner>> {
-    with_bench_queue(kind, w, buckets, n, MakeRunner { workload: w, n })
+    let make = MakeRunner {
+        workload: w,
+        n,
+        moving: kind.moving_range(),
+    };
+    with_bench_queue(kind, w, buckets, n, make)
         .with_context(|| format!("configuring {kind} for {n} items"))
 }
 
@@ -352,4 +392,99 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
     report::plot_loglog(&svg, &panels, "items queued (N)", "ns per push+pop")?;
     eprintln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_queue::{Entry, Handle, PushError, QueueStats, Rank, StaleHandle};
+
+    /// A queue that notes the rank of every item it hands out.
+    struct Recorder<Q> {
+        q: Q,
+        popped: Vec<Rank>,
+    }
+
+    impl<Q: RankQueue<u32>> RankQueue<u32> for Recorder<Q> {
+        fn push(&mut self, rank: Rank, item: u32) -> Result<Handle, PushError<u32>> {
+            self.q.push(rank, item)
+        }
+        fn pop_min(&mut self) -> Option<Entry<u32>> {
+            let e = self.q.pop_min()?;
+            self.popped.push(e.rank);
+            Some(e)
+        }
+        fn peek_min(&self) -> Option<Entry<u32>> {
+            self.q.peek_min()
+        }
+        fn remove(&mut self, handle: Handle) -> Result<Entry<u32>, StaleHandle> {
+            self.q.remove(handle)
+        }
+        fn rank_of(&self, handle: Handle) -> Option<Rank> {
+            self.q.rank_of(handle)
+        }
+        fn len(&self) -> usize {
+            self.q.len()
+        }
+        fn capacity(&self) -> usize {
+            self.q.capacity()
+        }
+        fn next_deadline(&self) -> Option<Rank> {
+            self.q.next_deadline()
+        }
+        fn stats(&self) -> QueueStats {
+            self.q.stats()
+        }
+    }
+
+    /// Runs the drain workload for three rounds on the queue it is given, as the report does,
+    /// and returns the ranks popped and the queue's counters.
+    struct DrainRounds {
+        n: usize,
+        moving: bool,
+    }
+
+    impl Visit for DrainRounds {
+        type Out = (Vec<Rank>, QueueStats);
+        fn visit<Q: RankQueue<u32> + 'static>(self, q: Q) -> Self::Out {
+            let q = Recorder {
+                q,
+                popped: Vec::new(),
+            };
+            let mut r = QueueRunner::new(q, Workload::Drain, self.n, self.moving);
+            assert_eq!(r.run(3 * self.n), 3 * self.n);
+            let stats = r.q.stats();
+            (r.q.popped, stats)
+        }
+    }
+
+    /// Every round of drain sorts its N ranks, on every structure: a timing wheel whose front
+    /// stayed where the last round ended took the next round's ranks, all behind it, into its
+    /// front slot and handed them out in arrival order, a FIFO instead of a sort.
+    #[test]
+    fn every_drain_round_sorts_its_ranks_on_every_structure() {
+        const N: usize = 1000;
+        const BUCKETS: usize = 2048;
+        let bucket = Workload::Drain.range() / BUCKETS as u64;
+        for &kind in QueueKind::BENCHMARKED {
+            if kind == QueueKind::ApproxGradient {
+                continue; // approximate order by design
+            }
+            let rounds = DrainRounds {
+                n: N,
+                moving: kind.moving_range(),
+            };
+            let (popped, stats) =
+                with_bench_queue(kind, Workload::Drain, BUCKETS, N, rounds).unwrap();
+            assert_eq!(popped.len(), 3 * N, "{kind}");
+            assert_eq!(stats.clamped + stats.rejected_range, 0, "{kind}");
+            for (round, ranks) in popped.chunks(N).enumerate() {
+                let out_of_order = ranks
+                    .windows(2)
+                    .filter(|w| w[1] / bucket < w[0] / bucket)
+                    .count();
+                assert_eq!(out_of_order, 0, "{kind}, round {round}");
+            }
+        }
+    }
 }
