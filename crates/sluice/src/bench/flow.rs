@@ -612,6 +612,38 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
     // a ring.
     let desc = slope(small, flows, &mut held, |n| build(1, n))?;
     drop(held);
+    memory_rows(&Slopes {
+        table,
+        ring,
+        sched,
+        pipeline,
+        desc,
+    })
+}
+
+/// What [`measure_memory`] measures, bytes per unit (`None` where `VmData` cannot be read).
+struct Slopes {
+    /// Per flow of a `FlowTable`.
+    table: Option<f64>,
+    /// Per ring of a `RingPool`.
+    ring: Option<f64>,
+    /// Per flow slot of a one-leaf scheduler.
+    sched: Option<f64>,
+    /// Per source of a `Pipeline` with a fixed packet bound.
+    pipeline: Option<f64>,
+    /// Per packet of a `Pipeline`'s bound, with one source.
+    desc: Option<f64>,
+}
+
+/// The memory table's rows from the measured slopes.
+fn memory_rows(s: &Slopes) -> anyhow::Result<Vec<MemRow>> {
+    let &Slopes {
+        table,
+        ring,
+        sched,
+        pipeline,
+        desc,
+    } = s;
     // The pipeline's own tables: its slope minus the parts measured alone.
     let own = pipeline.zip(table).map(|(p, t)| p - t);
     let ring_bytes = std::mem::size_of::<u32>() * RING_SLOTS;
@@ -665,9 +697,10 @@ fn measure_memory(flows: usize) -> anyhow::Result<Vec<MemRow>> {
             how: "target: <= 64 B per idle flow".into(),
         },
         MemRow {
+            // max_packets / (INLINE + 1) >= sources: the reservation is one ring per source.
             what: "+ rings reserved per source if max_packets >= 3 * sources",
-            idle: ring.map(|r| r / (INLINE + 1) as f64),
-            active: ring.map(|r| r / (INLINE + 1) as f64),
+            idle: ring,
+            active: ring,
             how: format!(
                 "Pipeline::new reserves min(sources, max_packets / {}) rings ({} B each) for flows \
                  with more than {INLINE} packets",
@@ -1071,5 +1104,29 @@ mod tests {
         let mut small = AdmissionRunner::new(10).unwrap();
         assert_eq!(small.run(100), 100);
         small.verify().unwrap();
+    }
+
+    /// The memory rows from given slopes: with at least `INLINE + 1` packets of the bound per
+    /// source, `Pipeline::new` reserves `min(sources, max_packets / (INLINE + 1))` = one ring
+    /// per source, so that row is a whole ring per source.
+    #[test]
+    fn memory_rows_count_one_reserved_ring_per_source() {
+        let rows = memory_rows(&Slopes {
+            table: Some(68.0),
+            ring: Some(104.0),
+            sched: Some(24.0),
+            pipeline: Some(118.0),
+            desc: Some(146.5),
+        })
+        .unwrap();
+        let row = |what: &str| rows.iter().find(|r| r.what.starts_with(what)).unwrap();
+        let reserved = row("+ rings reserved per source");
+        assert_eq!((reserved.idle, reserved.active), (Some(104.0), Some(104.0)));
+        let own = row("pipeline source table");
+        assert_eq!((own.idle, own.active), (Some(50.0), Some(50.0)));
+        let desc = row("packet descriptor");
+        assert_eq!((desc.idle, desc.active), (Some(0.0), Some(140.0)));
+        let total = row("total: pipeline per source");
+        assert_eq!((total.idle, total.active), (Some(118.0), Some(258.0)));
     }
 }
