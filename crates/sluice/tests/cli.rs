@@ -94,6 +94,42 @@ fn bench_queues_table_names_every_structure() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// At N above `--ops` a drain timing is one fill and empty of N items, and there are fewer
+/// rounds (about `--repeats * --ops` items in all): the header must say so for those cells
+/// instead of the `--ops` and `--repeats` the other cells use.
+#[test]
+fn bench_queues_says_how_drain_cells_above_ops_were_timed() {
+    let dir = scratch_dir("cli-drain");
+    let stdout = sluice_ok(&[
+        "bench",
+        "queues",
+        "--n",
+        "100,1000",
+        "--ops",
+        "500",
+        "--repeats",
+        "3",
+        "--workload",
+        "hold,drain",
+        "--structure",
+        "cffs,binary_heap",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout.contains("500 operations per timing, median of 3"),
+        "{stdout}"
+    );
+    // n=100: 5 fills and empties of 100 per timing, 3 rounds, as the header says; n=1000:
+    // 1000 operations per timing and (3 * 500 / 1000) = 1 round.
+    assert!(
+        stdout.contains("drain n=1e3: one fill and empty of 1000 items per timing, median of 1"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("drain n=100:"), "{stdout}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn bad_options_are_clear_errors_with_a_nonzero_exit() {
     assert_rejected(&[

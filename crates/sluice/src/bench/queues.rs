@@ -211,6 +211,16 @@ fn runner(
         .with_context(|| format!("configuring {kind} for {n} items"))
 }
 
+/// Timed rounds of a cell. Drain at large N is one fill-and-empty of N items per round; do about
+/// `repeats * ops` items in all rather than `repeats` rounds of N (minutes of skip-list inserts
+/// at 1e7).
+fn timed_rounds(w: Workload, n: usize, ops: usize, repeats: usize) -> usize {
+    match w {
+        Workload::Drain => (repeats * ops / n).clamp(1, repeats),
+        _ => repeats,
+    }
+}
+
 /// Time every structure for one (workload, n): all are built first, then timed round-robin so
 /// that machine noise spreads over all of them instead of landing on one.
 fn measure_cell(
@@ -228,12 +238,7 @@ fn measure_cell(
     for r in &mut runners {
         r.warm(ops.min(n.max(10_000)));
     }
-    // Drain at large N is one fill-and-empty of N items per round; do about `repeats * ops`
-    // items in all rather than `repeats` rounds of N (minutes of skip-list inserts at 1e7).
-    let rounds = match w {
-        Workload::Drain => (repeats * ops / n).clamp(1, repeats),
-        _ => repeats,
-    };
+    let rounds = timed_rounds(w, n, ops, repeats);
     let mut samples = vec![Vec::with_capacity(rounds); kinds.len()];
     for _ in 0..rounds {
         for (r, s) in runners.iter_mut().zip(&mut samples) {
@@ -317,6 +322,16 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
             "{} buckets per structure; {} operations per timing, median of {}",
             args.buckets, ops, args.repeats
         );
+        // Drain cells above `--ops` were timed otherwise (see `timed_rounds`).
+        if workloads.contains(&Workload::Drain) {
+            for &n in ns.iter().filter(|&&n| n > ops) {
+                println!(
+                    "drain n={}: one fill and empty of {n} items per timing, median of {}",
+                    fmt_n(n),
+                    timed_rounds(Workload::Drain, n, ops, args.repeats)
+                );
+            }
+        }
         if let Some(speed) = speed {
             println!("{}", machine::line(speed));
         }
