@@ -185,6 +185,19 @@ fn a_memory_run_alone_prints_its_json_and_leaves_other_results_in_place() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A cell is the median of its rounds' ns per packet; its Mpps is the reciprocal. For an even
+/// count that is the upper of the middle two times, so the lower of the middle two Mpps: the
+/// help must not call it "the upper" of a table that shows Mpps.
+#[test]
+fn bench_flow_help_says_which_median_an_even_count_reports() {
+    let help = sluice_ok(&["bench", "flow", "--help"]);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("the slower of the middle two for an even count"),
+        "{help}"
+    );
+}
+
 #[test]
 fn bench_flow_rejects_bad_options() {
     assert_rejected(&[

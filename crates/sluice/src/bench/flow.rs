@@ -80,8 +80,8 @@ pub struct FlowArgs {
     /// Packets per timing (default 1e6, or 1e5 with --quick).
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     packets: Option<usize>,
-    /// Timed repeats per cell; the median is reported (the upper of the middle two for an
-    /// even count).
+    /// Timed repeats per cell; the median is reported (the slower of the middle two for an
+    /// even count: the higher ns per packet, the lower Mpps).
     #[arg(long, default_value_t = 5, value_parser = parse_repeats, allow_negative_numbers = true)]
     repeats: usize,
     /// Directory for bench-flow.csv, bench-flow-memory.csv and bench-flow.svg.
