@@ -37,7 +37,8 @@
 //! round-robin, `--repeats` rounds of a short warm-up and `--packets` timed packets each; a cell
 //! is the median of its rounds. Timing every size in the same rounds makes the ratios between
 //! sizes (the targets) hold on a noisy machine. Every runner checks afterwards that it handed
-//! out every packet it queued, exactly once.
+//! out every packet it queued, exactly once (the engines: as many as sent, and the sum of their
+//! flows and items is the sum of those sent; the admission loop: one completion per packet).
 
 use super::common::{fmt_n, median, no_duplicates, parse_count, parse_repeats, pick};
 use crate::report::{self, Panel, Series, Table};
@@ -201,6 +202,16 @@ fn zipf_trace(queues: usize, rng: &mut Rng) -> Vec<u32> {
         .collect()
 }
 
+/// What the engines' sink adds up (`flow ^ item`, wrapping) over the first `sent` packets the
+/// runners send: packet `k` is item `k` (wrapping) of flow `trace[k % TRACE]`. Equal to the
+/// sink's sum when every packet sent came out exactly once.
+fn sent_sum(trace: &[u32], sent: u64) -> u64 {
+    (0..sent).fold(0u64, |sum, k| {
+        let f = trace[k as usize & (TRACE - 1)];
+        sum.wrapping_add(u64::from(f ^ k as u32))
+    })
+}
+
 /// The pool both engines take their data queues' rings from: at most a burst is queued.
 fn engine_pool() -> anyhow::Result<std::sync::Arc<RingPool>> {
     RingPool::new(4 * BURST, RING_SLOTS, 4 * BURST).context("building the ring pool")
@@ -262,9 +273,13 @@ impl Runner for DoorbellRunner {
     }
 
     fn verify(&self) -> anyhow::Result<()> {
-        if self.refused > 0 || self.sent != self.taken || self.engine.stats().short > 0 {
+        if self.refused > 0
+            || self.sent != self.taken
+            || self.engine.stats().short > 0
+            || self.sum != sent_sum(&self.trace, self.sent)
+        {
             bail!(
-                "doorbell engine: {} sent, {} taken, {} refused, {} short",
+                "doorbell engine: {} sent, {} taken, {} refused, {} short, or not the packets sent",
                 self.sent,
                 self.taken,
                 self.refused,
@@ -342,9 +357,12 @@ impl Runner for PollAllRunner {
     }
 
     fn verify(&self) -> anyhow::Result<()> {
-        if self.refused > 0 || self.sent != self.taken {
+        if self.refused > 0
+            || self.sent != self.taken
+            || self.sum != sent_sum(&self.trace, self.sent)
+        {
             bail!(
-                "poll-all engine: {} sent, {} taken, {} refused",
+                "poll-all engine: {} sent, {} taken, {} refused, or not the packets sent",
                 self.sent,
                 self.taken,
                 self.refused
@@ -1104,6 +1122,27 @@ mod tests {
         let mut small = AdmissionRunner::new(10).unwrap();
         assert_eq!(small.run(100), 100);
         small.verify().unwrap();
+    }
+
+    /// Equal counts are not "exactly once": a packet handed out twice and another never make
+    /// the same count. Each engine runner also checks what it handed out against what it
+    /// queued.
+    #[test]
+    fn runners_refuse_a_packet_handed_out_twice_in_place_of_another() {
+        let trace = zipf_trace(64, &mut Rng::new(3));
+        let mut d = DoorbellRunner::new(64, trace.clone()).unwrap();
+        let mut p = PollAllRunner::new(64, trace).unwrap();
+        d.run(1000);
+        p.run(1000);
+        // Item 5 of flow trace[5] out twice, item 7 never: the sink's sum changes by their
+        // difference, the count not at all.
+        let (f5, f7) = (u64::from(d.trace[5]), u64::from(d.trace[7]));
+        let delta = (f5 ^ 5).wrapping_sub(f7 ^ 7);
+        assert_ne!(delta, 0);
+        d.sum = d.sum.wrapping_add(delta);
+        p.sum = p.sum.wrapping_add(delta);
+        assert!(d.verify().is_err());
+        assert!(p.verify().is_err());
     }
 
     /// The memory rows from given slopes: with at least `INLINE + 1` packets of the bound per
