@@ -1,9 +1,10 @@
 //! Drive one structure through a workload, as `sluice bench queues` does, for profiling with
 //! callgrind or perf. Usage: hold_probe STRUCTURE N OPS [hold|pacing|drain] [BUCKETS]
-use sluice_queue::workload::{self, Rng, Visit, Workload, with_bench_queue};
+use sluice_queue::workload::{self, DrainRounds, Rng, Visit, Workload, with_bench_queue};
 use sluice_queue::{QueueKind, RankQueue};
 
 struct Probe {
+    kind: QueueKind,
     workload: Workload,
     n: usize,
     ops: usize,
@@ -25,12 +26,8 @@ impl Visit for Probe {
                 workload::pacing(&mut q, self.ops, &gaps)
             }
             Workload::Drain => {
-                let mut sum = 0;
-                for _ in 0..(self.ops / self.n).max(1) {
-                    workload::fill(&mut q, self.n, range, &mut rng);
-                    sum += workload::drain(&mut q);
-                }
-                sum
+                let rounds = (self.ops / self.n).max(1);
+                DrainRounds::new(self.kind, self.n).run(&mut q, rounds, range, &mut rng)
             }
         }
     }
@@ -53,7 +50,18 @@ fn main() {
         _ => Workload::Hold,
     };
     let buckets: usize = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(1 << 14);
-    let sum =
-        with_bench_queue(kind, workload, buckets, n, Probe { workload, n, ops }).expect("spec");
+    let sum = with_bench_queue(
+        kind,
+        workload,
+        buckets,
+        n,
+        Probe {
+            kind,
+            workload,
+            n,
+            ops,
+        },
+    )
+    .expect("spec");
     println!("{kind} {} n={n} ops={ops} checksum={sum}", workload.name());
 }

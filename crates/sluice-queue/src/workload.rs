@@ -6,7 +6,9 @@
 //! - **pacing**: Carousel's use. `n` flows, rates log-uniform over four orders of magnitude
 //!   (1 Mbit/s to 10 Gbit/s), 1500-byte packets; the queue holds each flow's next send time.
 //!   Each operation pops the earliest flow and pushes it back at `t + len / rate`.
-//! - **drain**: fill with `n` uniform ranks in `[0, range)`, then empty.
+//! - **drain**: fill with `n` uniform ranks in `[base, base + range)`, then empty, round after
+//!   round ([`DrainRounds`]). `base` is 0, except on a moving-range structure, whose range only
+//!   moves forward: there it is the last rank the previous round handed out.
 //!
 //! One *operation* is one push plus one pop in every workload, so ns/op compare directly.
 //!
@@ -16,7 +18,7 @@
 //! as the minimum advances, [`crate::CircularQueue`]), the way a policy with a moving range
 //! would deploy it. cFFS *is* that construction over the hierarchical bitmap, so the `hffs` and
 //! `cffs` rows of hold and pacing run the same code (their difference is measurement noise).
-//! Drain stays inside `[0, range)` and runs every structure as itself.
+//! Drain runs every structure as itself: a fixed-range index stays inside `[0, range)`.
 //! [`with_bench_queue`] builds every structure sized for a `range` with `buckets` buckets.
 
 use crate::approx_gradient::Window;
@@ -204,6 +206,54 @@ pub fn drain<Q: RankQueue<u32>>(q: &mut Q) -> u64 {
         sum = sum.wrapping_add(e.rank ^ u64::from(e.item));
     }
     sum
+}
+
+/// Rounds of the drain workload on one structure: each fills the queue with `n` ranks uniform in
+/// `[base, base + range)`, then empties it. A moving-range structure's range only moves forward:
+/// a timing wheel files a rank behind its front in its front slot, so a fill below the last rank
+/// handed out would leave in arrival order, unsorted. For those, `base` follows the last rank
+/// each round handed out; for the others it stays 0.
+pub struct DrainRounds {
+    n: usize,
+    moving: bool,
+    base: u64,
+}
+
+impl DrainRounds {
+    /// Rounds of `n` items on a structure of `kind`.
+    pub fn new(kind: QueueKind, n: usize) -> Self {
+        DrainRounds {
+            n,
+            moving: kind.moving_range(),
+            base: 0,
+        }
+    }
+
+    /// Run `rounds` rounds (`rounds * n` operations); returns a checksum.
+    #[inline(never)]
+    pub fn run<Q: RankQueue<u32>>(
+        &mut self,
+        q: &mut Q,
+        rounds: usize,
+        range: u64,
+        rng: &mut Rng,
+    ) -> u64 {
+        let mut sum = 0u64;
+        for _ in 0..rounds {
+            for i in 0..self.n as u32 {
+                let _ = q.push(self.base + (rng.next_u64() & (range - 1)), i);
+            }
+            let mut last = self.base;
+            while let Some(e) = q.pop_min() {
+                sum = sum.wrapping_add(e.rank ^ u64::from(e.item));
+                last = e.rank;
+            }
+            if self.moving {
+                self.base = last;
+            }
+        }
+        sum
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::report::{self, Panel, Series, Table};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde::Serialize;
-use sluice_queue::workload::{self, Rng, Visit, Workload, with_bench_queue};
+use sluice_queue::workload::{self, DrainRounds, Rng, Visit, Workload, with_bench_queue};
 use sluice_queue::{QueueKind, RankQueue};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -94,14 +94,11 @@ struct QueueRunner<Q> {
     n: usize,
     rng: Rng,
     gaps: Vec<u64>,
-    /// Whether the queue's range moves forward with its minimum ([`QueueKind::moving_range`]).
-    moving: bool,
-    /// Drain: the lowest rank of the next fill (see the module note).
-    base: u64,
+    drain: DrainRounds,
 }
 
 impl<Q: RankQueue<u32>> QueueRunner<Q> {
-    fn new(mut q: Q, workload: Workload, n: usize, moving: bool) -> Self {
+    fn new(mut q: Q, kind: QueueKind, workload: Workload, n: usize) -> Self {
         let mut rng = Rng::new(0x5eed ^ n as u64);
         let mut gaps = Vec::new();
         match workload {
@@ -118,8 +115,7 @@ impl<Q: RankQueue<u32>> QueueRunner<Q> {
             n,
             rng,
             gaps,
-            moving,
-            base: 0,
+            drain: DrainRounds::new(kind, n),
         }
     }
 
@@ -136,37 +132,11 @@ impl<Q: RankQueue<u32>> QueueRunner<Q> {
             }
             Workload::Drain => {
                 let rounds = (ops / self.n).max(1);
-                for _ in 0..rounds {
-                    fill_above(&mut self.q, self.n, self.base, range, &mut self.rng);
-                    let (sum, last) = drain_to_last(&mut self.q);
-                    black_box(sum);
-                    if self.moving {
-                        self.base = last;
-                    }
-                }
+                black_box(self.drain.run(&mut self.q, rounds, range, &mut self.rng));
                 rounds * self.n
             }
         }
     }
-}
-
-/// [`workload::fill`] above `base`: `n` items with ranks uniform in `[base, base + range)`.
-fn fill_above<Q: RankQueue<u32>>(q: &mut Q, n: usize, base: u64, range: u64, rng: &mut Rng) {
-    for i in 0..n as u32 {
-        let _ = q.push(base + (rng.next_u64() & (range - 1)), i);
-    }
-}
-
-/// [`workload::drain`], which also returns the last rank handed out (0 if none).
-#[inline(never)]
-fn drain_to_last<Q: RankQueue<u32>>(q: &mut Q) -> (u64, u64) {
-    let mut sum = 0u64;
-    let mut last = 0;
-    while let Some(e) = q.pop_min() {
-        sum = sum.wrapping_add(e.rank ^ u64::from(e.item));
-        last = e.rank;
-    }
-    (sum, last)
 }
 
 impl<Q: RankQueue<u32>> Runner for QueueRunner<Q> {
@@ -183,15 +153,15 @@ impl<Q: RankQueue<u32>> Runner for QueueRunner<Q> {
 
 /// Builds a filled [`QueueRunner`] for whatever queue type it is given.
 struct MakeRunner {
+    kind: QueueKind,
     workload: Workload,
     n: usize,
-    moving: bool,
 }
 
 impl Visit for MakeRunner {
     type Out = Box<dyn Runner>;
     fn visit<Q: RankQueue<u32> + 'static>(self, q: Q) -> Box<dyn Runner> {
-        Box::new(QueueRunner::new(q, self.workload, self.n, self.moving))
+        Box::new(QueueRunner::new(q, self.kind, self.workload, self.n))
     }
 }
 
@@ -203,9 +173,9 @@ fn runner(
     buckets: usize,
 ) -> anyhow::Result<Box<dyn Runner>> {
     let make = MakeRunner {
+        kind,
         workload: w,
         n,
-        moving: kind.moving_range(),
     };
     with_bench_queue(kind, w, buckets, n, make)
         .with_context(|| format!("configuring {kind} for {n} items"))
@@ -454,19 +424,19 @@ mod tests {
 
     /// Runs the drain workload for three rounds on the queue it is given, as the report does,
     /// and returns the ranks popped and the queue's counters.
-    struct DrainRounds {
+    struct ThreeRounds {
+        kind: QueueKind,
         n: usize,
-        moving: bool,
     }
 
-    impl Visit for DrainRounds {
+    impl Visit for ThreeRounds {
         type Out = (Vec<Rank>, QueueStats);
         fn visit<Q: RankQueue<u32> + 'static>(self, q: Q) -> Self::Out {
             let q = Recorder {
                 q,
                 popped: Vec::new(),
             };
-            let mut r = QueueRunner::new(q, Workload::Drain, self.n, self.moving);
+            let mut r = QueueRunner::new(q, self.kind, Workload::Drain, self.n);
             assert_eq!(r.run(3 * self.n), 3 * self.n);
             let stats = r.q.stats();
             (r.q.popped, stats)
@@ -485,10 +455,7 @@ mod tests {
             if kind == QueueKind::ApproxGradient {
                 continue; // approximate order by design
             }
-            let rounds = DrainRounds {
-                n: N,
-                moving: kind.moving_range(),
-            };
+            let rounds = ThreeRounds { kind, n: N };
             let (popped, stats) =
                 with_bench_queue(kind, Workload::Drain, BUCKETS, N, rounds).unwrap();
             assert_eq!(popped.len(), 3 * N, "{kind}");
