@@ -153,6 +153,10 @@ fn bad_options_are_clear_errors_with_a_nonzero_exit() {
             &["bench", "queues", "--n", "1e3,1e3"][..],
             "--n names `1000` twice",
         ),
+        (
+            &["bench", "queues", "--n", "1e3,1e8"][..],
+            "--n 100000000 is more than the 33554432 supported",
+        ),
         (&["bench", "queues", "--repeats", "0"][..], "at least 1"),
     ]);
 }

@@ -28,6 +28,10 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// The most items a cell may queue: every structure of a cell is built and filled at once, so
+/// memory grows ten times faster than N (about 3x the default's largest N, 1e7).
+const MAX_N: usize = 1 << 25;
+
 /// Options of `sluice bench queues`.
 #[derive(Args, Debug)]
 pub struct QueuesArgs {
@@ -37,7 +41,7 @@ pub struct QueuesArgs {
     /// Print one JSON object per measurement on stdout instead of tables.
     #[arg(long)]
     json: bool,
-    /// Queued items, comma separated (e.g. 1e3,1e6). Default: 1e3,1e4,1e5,1e6,1e7.
+    /// Queued items, comma separated (e.g. 1e3,1e6), at most 2^25. Default: 1e3,1e4,1e5,1e6,1e7.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, allow_negative_numbers = true)]
     n: Vec<usize>,
     /// Workloads: hold, pacing, drain. Default: all.
@@ -242,6 +246,9 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
         vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000]
     };
     no_duplicates(&ns, "--n")?;
+    if let Some(&n) = ns.iter().find(|&&n| n > MAX_N) {
+        bail!("--n {n} is more than the {MAX_N} supported");
+    }
     report::prepare_out(&args.out, "--out")?;
     let ops = args
         .ops
