@@ -425,9 +425,7 @@ fn tap_names_in_use_are_refused_clearly() {
     let e = Tap::create(&name).expect_err("second tap of one name");
     assert_eq!(
         e.to_string(),
-        format!(
-            "cannot create tap `{name}`: name already in use (another tap of that name is open)"
-        )
+        format!("cannot create tap `{name}`: name already in use by another tap")
     );
     let e = Tap::create("lo").expect_err("lo is not a tap");
     assert!(
@@ -458,6 +456,79 @@ fn a_multi_queue_tap_has_one_port_per_queue() {
     assert_eq!(single.len(), 1);
     drop(taps);
     assert!(vanishes(None, &name), "gone with its last queue");
+}
+
+/// Deletes interface `ifname` of the daemon's namespace when dropped (if it is still there):
+/// for devices a test makes without a descriptor that would take them along.
+struct DeleteLink(String);
+
+impl Drop for DeleteLink {
+    fn drop(&mut self) {
+        if interface_exists(None, &self.0).unwrap_or(false) {
+            let _ = netns::ip(&["link", "del", "dev", &self.0]);
+        }
+    }
+}
+
+/// The number of transmit queues of interface `ifname` (one per open tap queue).
+fn tx_queues(ifname: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|q| q.starts_with("tx-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Creating a tap whose name a tap already has, which no descriptor of ours holds: a
+/// persistent tap (`ip tuntap add`), or another daemon's multi-queue tap. `TUNSETIFF` without
+/// `IFF_TUN_EXCL` attached the port to that device: the daemon then forwarded, moved and
+/// addressed a device it did not create, and two daemons' engines shared one multi-queue tap,
+/// each reading half of the other's flows. Now a port's first queue is made with
+/// `IFF_TUN_EXCL`, which refuses any device of that name, and the device is left alone.
+#[test]
+fn a_tap_never_attaches_to_a_device_it_did_not_create() {
+    require_root!();
+    let persistent = ifn("tp");
+    netns::ip(&["tuntap", "add", "dev", &persistent, "mode", "tap"]).expect("persistent tap");
+    let _persistent = DeleteLink(persistent.clone());
+    let e = Tap::create(&persistent).expect_err("a persistent tap of that name exists");
+    assert_eq!(
+        e.to_string(),
+        format!("cannot create tap `{persistent}`: name already in use by another tap")
+    );
+    let persistent_mq = ifn("tpm");
+    netns::ip(&[
+        "tuntap",
+        "add",
+        "dev",
+        &persistent_mq,
+        "mode",
+        "tap",
+        "multi_queue",
+    ])
+    .expect("persistent multi-queue tap");
+    let _persistent_mq = DeleteLink(persistent_mq.clone());
+    let before = tx_queues(&persistent_mq);
+    let e = Tap::create_queues(&persistent_mq, 2).expect_err("a persistent tap of that name");
+    assert!(e.to_string().contains("name already in use"), "{e}");
+    assert_eq!(
+        tx_queues(&persistent_mq),
+        before,
+        "no queue was attached to it"
+    );
+
+    let mq = ifn("tmq");
+    let ours = Tap::create_queues(&mq, 2).expect("multi-queue tap");
+    let e = Tap::create_queues(&mq, 2).expect_err("another daemon's multi-queue tap");
+    assert_eq!(
+        e.to_string(),
+        format!("cannot create tap `{mq}`: name already in use by another tap")
+    );
+    assert_eq!(tx_queues(&mq), 2, "no queue was attached to it");
+    drop(ours);
+    assert!(vanishes(None, &mq));
 }
 
 #[test]

@@ -8,8 +8,10 @@
 //! fastest port measured on this kind of machine (10 to 18.5 Gbit/s of TCP through a userspace
 //! loop, against under 2 Gbit/s without the header).
 //!
-//! The device is not persistent: it exists while the `Tap` is open and disappears when it is
-//! dropped, wherever it is (it may be moved into another namespace with
+//! The device is always a new one: the first queue is asked for with `IFF_TUN_EXCL`, so a name
+//! taken by any interface (another daemon's tap, a persistent tap made with `ip tuntap add`, a
+//! device of another kind) is refused rather than attached to. It is not persistent: it exists
+//! while the `Tap` is open and disappears when it is dropped, wherever it is (it may be moved into another namespace with
 //! [`crate::netns::Setup::move_link`]; the descriptor keeps working). A read returns exactly
 //! one frame; a write sends exactly one. Writing to a tap whose link is down fails (`EIO`).
 //!
@@ -56,22 +58,27 @@ impl Tap {
     /// offloads, non-blocking. Errors say what failed and why, for example "cannot create tap
     /// `x`: permission denied (need CAP_NET_ADMIN)" or "... name already in use".
     pub fn create(ifname: &str) -> io::Result<Tap> {
-        Tap::open_queue(ifname, false)
+        Tap::open_queue(ifname, false, true)
     }
 
     /// Create tap `ifname` with `queues` queues (`IFF_MULTI_QUEUE`), one `Tap` per queue, for
     /// per-core engines: the kernel sends each flow's frames to one queue (by its flow hash),
-    /// and any queue may be written. With one queue this is [`Tap::create`].
+    /// and any queue may be written. With one queue this is [`Tap::create`]. The first queue
+    /// creates the device (refused if the name is taken, as for [`Tap::create`]); the others
+    /// attach to it, which the first holds open meanwhile.
     pub fn create_queues(ifname: &str, queues: usize) -> io::Result<Vec<Tap>> {
         if queues <= 1 {
             return Ok(vec![Tap::create(ifname)?]);
         }
-        (0..queues).map(|_| Tap::open_queue(ifname, true)).collect()
+        (0..queues)
+            .map(|q| Tap::open_queue(ifname, true, q == 0))
+            .collect()
     }
 
-    /// Open `/dev/net/tun` and create `ifname`, or with `multi_queue` attach one more queue to
-    /// it (the first call creates it).
-    fn open_queue(ifname: &str, multi_queue: bool) -> io::Result<Tap> {
+    /// Open `/dev/net/tun` and create `ifname` (`exclusive`: `IFF_TUN_EXCL`, refused if an
+    /// interface of that name exists), or, not `exclusive`, with `multi_queue` attach one more
+    /// queue to the device this process created under that name.
+    fn open_queue(ifname: &str, multi_queue: bool, exclusive: bool) -> io::Result<Tap> {
         netns::check_ifname(ifname).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -109,7 +116,11 @@ impl Tap {
         } else {
             0
         };
-        req.flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | multi) as libc::c_short;
+        // Without IFF_TUN_EXCL the kernel attaches to a tap of that name that has room for a
+        // queue (a persistent one, another process's multi-queue one) instead of failing.
+        let excl = if exclusive { libc::IFF_TUN_EXCL } else { 0 };
+        req.flags =
+            (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | multi | excl) as libc::c_short;
         // SAFETY: TUNSETIFF reads (and writes back the chosen name into) a `struct ifreq`;
         // `req` is a live, initialised, repr(C) value of ifreq's size (40 bytes) and layout for
         // the name and flags, exclusively borrowed for the call; `fd` is open (owned by `file`).
@@ -120,12 +131,16 @@ impl Tap {
                 Some(libc::EPERM) | Some(libc::EACCES) => {
                     "permission denied (need CAP_NET_ADMIN)".to_string()
                 }
-                Some(libc::EBUSY) => {
-                    "name already in use (another tap of that name is open)".to_string()
+                // With IFF_TUN_EXCL: an interface of that name exists, of whatever kind.
+                Some(libc::EBUSY) if is_tap(ifname) => {
+                    "name already in use by another tap".to_string()
                 }
-                Some(libc::EINVAL) if netns::interface_index(ifname).is_ok() => {
+                Some(libc::EBUSY) | Some(libc::EINVAL)
+                    if netns::interface_index(ifname).is_ok() =>
+                {
                     "name already in use by an interface that is not a tap".to_string()
                 }
+                Some(libc::EBUSY) => "name already in use".to_string(),
                 _ => format!("TUNSETIFF failed: {e}"),
             };
             return Err(create_error(ifname, &why, &e));
@@ -162,6 +177,13 @@ impl Tap {
             counters: PortCounters::default(),
         })
     }
+}
+
+/// Whether interface `ifname` (in the calling thread's namespace, which `ip` inherits) is a
+/// tun/tap device (`ip -d` says `tun type tap`). For messages only: `false` when unsure.
+fn is_tap(ifname: &str) -> bool {
+    netns::ip(&["-o", "-d", "link", "show", "dev", ifname])
+        .is_ok_and(|out| out.split_whitespace().any(|w| w == "tun"))
 }
 
 impl Port for Tap {
