@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use sluice_dp::buffers::BUF_SIZE;
-use sluice_dp::config::{AtBound, Malformed, Mode};
+use sluice_dp::config::{AtBound, Config, Malformed, Mode};
 use sluice_dp::control::{ControlHandle, Reply, Request};
 use sluice_dp::daemon::engine::{Engine, Internal};
-use sluice_dp::daemon::now_ns;
+use sluice_dp::daemon::{Daemon, now_ns};
 use sluice_dp::datapath::{Datapath, DatapathConfig, LinkSpec};
 use sluice_dp::netns::{self, NetnsError, Setup, Step, in_netns, interface_exists, netns_exists};
 use sluice_dp::port::af_packet::{AfPacket, LOOK_AGAIN_NS, RingConfig};
@@ -892,6 +892,61 @@ fn af_packet_ports_forward_tcp_between_namespaces() {
     for i in [&xa, &xb, &ya, &yb] {
         assert!(!interface_exists(None, i).expect("ip"));
     }
+}
+
+/// A fanout group's id is a name every process of a namespace shares: a socket of any process
+/// joins the group of that id on its interface, and is refused (`EINVAL`) a group of that id
+/// on another. The daemon named its groups `pid ^ port << 12`, so a daemon whose pid matched
+/// another process's group (a daemon of another pid, another port index) joined that group on
+/// a shared interface, each reading part of the other's frames, or could not start. Here a
+/// group of the id the daemon's port 0 took is held on `lo`: the daemon failed with
+/// `PACKET_FANOUT: Invalid argument`. Now the kernel names each group (a new id,
+/// `PACKET_FANOUT_FLAG_UNIQUEID`), and the other engines' sockets join it by that name.
+#[test]
+fn a_daemons_fanout_groups_are_never_another_processs() {
+    require_root!();
+    let n = ns("fu");
+    let (v0, v1) = (ifn("u0"), ifn("u1"));
+    let mut setup = Setup::new();
+    setup.netns(&n).expect("netns");
+    setup.lo_up(&n).expect("lo");
+    veth_up(&mut setup, &n, &v0, &v1);
+    let small = RingConfig {
+        block_size: 1 << 16,
+        block_count: 2,
+        ..RingConfig::default()
+    };
+    let taken = RingConfig {
+        fanout: Some(std::process::id() as u16),
+        ..small
+    };
+    let foreign = in_netns(&n, || AfPacket::open_with("lo", taken))
+        .expect("enter")
+        .expect("another process's group on lo");
+    let text = format!(
+        "[daemon]\nengines = 2\nmemory = \"8MiB\"\n\n\
+         [[port]]\nname = \"x\"\nkind = \"af_packet\"\nifname = \"{v0}\"\n\n\
+         [[port]]\nname = \"y\"\nkind = \"af_packet\"\nifname = \"{v1}\"\n\n\
+         [[link]]\nfrom = \"x\"\nto = \"y\"\n\n[[link]]\nfrom = \"y\"\nto = \"x\"\n"
+    );
+    let cfg = Config::parse(&text, "fanout.toml", std::path::Path::new(".")).expect("config");
+    let daemon = in_netns(&n, || Daemon::start(&cfg)).expect("enter");
+    let daemon = daemon.unwrap_or_else(|e| panic!("the daemon did not start: {e}"));
+    drop(daemon);
+    // The sockets of a group the kernel names share one id, not the one taken.
+    let group = in_netns(&n, || AfPacket::open_group(&v0, small, 3))
+        .expect("enter")
+        .expect("a group of its own");
+    let ids: Vec<Option<u16>> = group.iter().map(|p| p.config().fanout).collect();
+    assert!(
+        ids.len() == 3 && ids.iter().all(|&id| id == ids[0]) && ids[0].is_some(),
+        "{ids:?}"
+    );
+    assert_ne!(ids[0], taken.fanout);
+    drop(group);
+    drop(foreign);
+    drop(setup);
+    assert!(!netns_exists(&n));
 }
 
 /// A veth pair `a`|`b` in namespace `n`, both ends up; returns `a`'s index there.

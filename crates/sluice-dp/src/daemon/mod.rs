@@ -244,7 +244,7 @@ fn open_ports(
     setup: &mut Setup,
 ) -> Result<Vec<Vec<Box<dyn Port>>>, DaemonError> {
     let mut queues: Vec<Vec<Box<dyn Port>>> = (0..engines).map(|_| Vec::new()).collect();
-    for (i, p) in cfg.ports.iter().enumerate() {
+    for p in &cfg.ports {
         let port_err = |e: std::io::Error| DaemonError::Port {
             port: p.name.clone(),
             message: e.to_string(),
@@ -255,17 +255,16 @@ fn open_ports(
         };
         match &p.kind {
             PortKind::AfPacket => {
-                // One fanout group per daemon and port (only one socket: no group).
-                let fanout =
-                    (engines > 1).then(|| (std::process::id() as u16) ^ ((i as u16) << 12));
-                let ring = RingConfig {
-                    fanout,
-                    ..RingConfig::default()
+                // A fanout group of its own per port (only one socket: no group), named by
+                // the kernel: a name of the daemon's making may be another process's group.
+                let sockets = if engines > 1 {
+                    AfPacket::open_group(&p.ifname, RingConfig::default(), engines)
+                        .map_err(port_err)?
+                } else {
+                    vec![AfPacket::open(&p.ifname).map_err(port_err)?]
                 };
-                for q in &mut queues {
-                    q.push(Box::new(
-                        AfPacket::open_with(&p.ifname, ring).map_err(port_err)?,
-                    ));
+                for (q, sock) in queues.iter_mut().zip(sockets) {
+                    q.push(Box::new(sock));
                 }
             }
             PortKind::Tap { netns, address } => {

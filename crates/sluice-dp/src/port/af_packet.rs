@@ -71,7 +71,9 @@ pub struct RingConfig {
     pub promiscuous: bool,
     /// Join fanout group `id` (`PACKET_FANOUT_HASH`): sockets of one group on one interface
     /// share its frames, each flow (by its hash) going to one socket. Per-core engines open
-    /// one socket each in a group.
+    /// one socket each in a group, which [`AfPacket::open_group`] opens: a group of its own.
+    /// (Any socket of the namespace may join a group by its id: a fixed id may be another
+    /// process's group, joined on the same interface, refused on another.)
     pub fanout: Option<u16>,
 }
 
@@ -907,8 +909,9 @@ const REGROUPS: u32 = 8;
 /// the first candidate: an earlier re-creation on an interface of the same index (made with
 /// `ip link add ... index N`) holds it the same way. Every engine tries the same candidates in
 /// the same order, and a group stays held until the last engine has left it, so all of them
-/// meet in one group. Only the low 12 bits of `id` change, never to `id` itself: no candidate
-/// is a group the daemon gives another port (those differ in the top 4 bits).
+/// meet in one group. Only the low 12 bits of `id` change, never to `id` itself. A candidate
+/// that is a group on another interface (another port's, another process's) is refused the
+/// same way, and the next one tried.
 fn regroups(id: u16, ifindex: u32) -> Vec<u16> {
     (0..REGROUPS)
         .map(|k| id ^ (1 + ((ifindex % 4095 + k) % 4095) as u16))
@@ -928,6 +931,37 @@ fn join_fanout(fd: RawFd, groups: &[u16]) -> io::Result<()> {
         }
     }
     refused.map_or(Ok(()), Err)
+}
+
+/// `PACKET_FANOUT_FLAG_UNIQUEID` (`linux/if_packet.h`, Linux 4.4): with id 0, the kernel
+/// creates the group under an id no group of the socket's namespace has.
+const FANOUT_FLAG_UNIQUEID: libc::c_int = 0x2000;
+
+/// Create a new fanout group (`PACKET_FANOUT_HASH`) with socket `fd`, under an id the kernel
+/// chooses among those no group of the namespace has ([`FANOUT_FLAG_UNIQUEID`]); the id, for
+/// other sockets to join the group by.
+fn join_new_fanout(fd: RawFd) -> io::Result<u16> {
+    let arg: libc::c_int = (libc::PACKET_FANOUT_HASH as libc::c_int | FANOUT_FLAG_UNIQUEID) << 16;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+    let mut got: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `got` and `len` are live and exclusively borrowed for the call; `len` tells the
+    // kernel how many bytes `got` has (an int, what PACKET_FANOUT answers with), and it writes
+    // at most that many (and updates `len`).
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&mut got as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The answer is the id, then the group's type and flags in the upper half.
+    Ok((got & 0xffff) as u16)
 }
 
 impl Socket {
@@ -1013,6 +1047,50 @@ impl AfPacket {
     /// Open interface `ifname` with ring `config`. Errors name the interface, the step that
     /// failed and why; a missing interface is "interface `eth9` does not exist".
     pub fn open_with(ifname: &str, config: RingConfig) -> io::Result<AfPacket> {
+        let ifindex = AfPacket::check(ifname, &config)?;
+        let sock = Socket::open(ifname, ifindex, &config, config.fanout.as_slice())?;
+        Ok(AfPacket::with_socket(sock, ifname, config, ifindex))
+    }
+
+    /// Open `sockets` sockets on interface `ifname` with ring `config`, in one fanout group
+    /// (`PACKET_FANOUT_HASH`) of their own: per-core engines. The group is new, under an id
+    /// the kernel chooses among those no group of the namespace has, so that no other
+    /// process's socket is in it (a group's id is a name every process shares: any socket on
+    /// the interface may join a group by its id). `config.fanout` is not used: each port's
+    /// [`AfPacket::config`] holds the group's id. Errors as [`AfPacket::open_with`]'s.
+    pub fn open_group(
+        ifname: &str,
+        config: RingConfig,
+        sockets: usize,
+    ) -> io::Result<Vec<AfPacket>> {
+        let ifindex = AfPacket::check(ifname, &config)?;
+        let mut ports = Vec::with_capacity(sockets);
+        let mut config = RingConfig {
+            fanout: None,
+            ..config
+        };
+        // The first socket creates the group, the others join it by its id.
+        for _ in 0..sockets {
+            let sock = Socket::open(ifname, ifindex, &config, config.fanout.as_slice())?;
+            if config.fanout.is_none() {
+                let id = join_new_fanout(sock.fd.as_raw_fd()).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot open AF_PACKET port on `{ifname}`: PACKET_FANOUT (a new \
+                             group): {e}"
+                        ),
+                    )
+                })?;
+                config.fanout = Some(id);
+            }
+            ports.push(AfPacket::with_socket(sock, ifname, config, ifindex));
+        }
+        Ok(ports)
+    }
+
+    /// The index of interface `ifname`, once `config` is checked.
+    fn check(ifname: &str, config: &RingConfig) -> io::Result<u32> {
         let ifindex = netns::interface_index(ifname).map_err(io::Error::from)?;
         config.check().map_err(|m| {
             io::Error::new(
@@ -1020,11 +1098,15 @@ impl AfPacket {
                 format!("cannot open AF_PACKET port on `{ifname}`: ring configuration: {m}"),
             )
         })?;
-        let sock = Socket::open(ifname, ifindex, &config, config.fanout.as_slice())?;
+        Ok(ifindex)
+    }
+
+    /// A port over `sock`, opened on interface `ifindex` with `config`.
+    fn with_socket(sock: Socket, ifname: &str, config: RingConfig, ifindex: u32) -> AfPacket {
         // Without /proc a fanout port is re-created in the namespace of the thread that
         // tends it: the daemon's engines all run in the namespace its ports are opened in.
         let netns = config.fanout.and_then(|_| netns::current_netns().ok());
-        Ok(AfPacket {
+        AfPacket {
             sock,
             ifname: ifname.to_string(),
             config,
@@ -1035,7 +1117,7 @@ impl AfPacket {
             kernel_drops: Cell::new(0),
             truncated: 0,
             warned_too_big: false,
-        })
+        }
     }
 
     /// The ring's configuration.
