@@ -133,15 +133,24 @@ impl From<NetnsError> for io::Error {
     }
 }
 
-/// Check an interface name (1 to 15 letters, digits, `-`, `_`, `.`; not starting with `-`).
+/// Interface names the kernel refuses (`EINVAL`): its per-interface settings under
+/// `/proc/sys/net/*/conf/` keep these names for all interfaces and for new ones.
+const RESERVED_IFNAMES: [&str; 2] = ["all", "default"];
+
+/// Check an interface name (1 to 15 letters, digits, `-`, `_`, `.`; not starting with `-`;
+/// not `all` or `default`).
 pub fn check_ifname(ifname: &str) -> Result<(), NetnsError> {
-    if valid_name(ifname, IFNAME_MAX) && !ifname.starts_with('-') {
+    if valid_name(ifname, IFNAME_MAX)
+        && !ifname.starts_with('-')
+        && !RESERVED_IFNAMES.contains(&ifname)
+    {
         Ok(())
     } else {
         Err(NetnsError::InvalidName {
             what: "interface name",
             name: ifname.to_string(),
-            expected: "1 to 15 letters, digits, '-', '_' or '.', not starting with '-'",
+            expected: "1 to 15 letters, digits, '-', '_' or '.', not starting with '-', not \
+                       `all` or `default`",
         })
     }
 }
@@ -897,6 +906,13 @@ mod tests {
     fn names_are_checked() {
         assert!(check_ifname("sl-a").is_ok());
         assert!(check_ifname("-x").is_err());
+        // The kernel refuses these (EINVAL): a tap so named failed with "TUNSETIFF failed:
+        // Invalid argument", after `--check` had passed it.
+        for reserved in ["all", "default"] {
+            let e = check_ifname(reserved).unwrap_err().to_string();
+            assert!(e.contains("not `all` or `default`"), "{e}");
+        }
+        assert!(check_ifname("all0").is_ok() && check_ifname("defaults").is_ok());
         let e = check_ifname("a-name-far-too-long").unwrap_err().to_string();
         assert!(
             e.contains("invalid interface name `a-name-far-too-long`"),
