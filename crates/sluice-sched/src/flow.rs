@@ -332,6 +332,29 @@ impl FlowTable {
         }
     }
 
+    /// Verify the idle list and the index: the idle list holds exactly the flows without
+    /// packets, and every flow is found by its key and leaf; for tests. O(flows).
+    pub fn check(&self) {
+        let (mut n, mut prev, mut cur) = (0usize, NIL, self.idle_head);
+        while cur != NIL {
+            assert!(n < self.flows.len(), "the idle list loops");
+            let f = &self.flows[cur as usize];
+            assert_eq!(f.queued, 0, "flow {cur} is idle with packets");
+            assert_eq!(f.idle_prev, prev, "flow {cur}: its idle link back");
+            (n, prev, cur) = (n + 1, cur, f.idle_next);
+        }
+        assert_eq!(self.idle_tail, prev, "the idle list's tail");
+        let idle = self.flows.iter().filter(|f| f.queued == 0).count();
+        assert_eq!(n, idle, "flows without packets against the idle list");
+        for (id, f) in self.flows.iter().enumerate() {
+            assert_eq!(
+                self.find(f.key, f.leaf),
+                Some(id as FlowId),
+                "flow {id} not indexed"
+            );
+        }
+    }
+
     /// The id of (key, leaf), if present.
     pub fn find(&self, key: u64, leaf: u16) -> Option<FlowId> {
         self.find_hashed(self.index.hash(key, leaf), key, leaf)

@@ -603,6 +603,7 @@ fn run(
         }
         prop_assert_eq!(fast.len(), slow.len(), "step {}: held", step);
         counted.check(&fast, false)?;
+        fast.check();
         prop_assert_eq!(
             fast.next_event(now),
             slow.next_event(now),
