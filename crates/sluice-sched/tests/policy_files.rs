@@ -7,7 +7,8 @@ use proptest::prelude::*;
 use sluice_queue::workload::Rng;
 use sluice_sched::config::{PolicyError, compile_str};
 use sluice_sched::oracle::OracleTree;
-use sluice_sched::{Fields, Headers, Packet, Scheduler};
+use sluice_sched::{Fields, Headers, NodeId, Packet, Rate, Scheduler};
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 fn examples_dir() -> PathBuf {
@@ -361,5 +362,152 @@ proptest! {
         let files = examples();
         let (_, text) = &files[file.index(files.len())];
         compile_and_build(&apply(text, &edits))?;
+    }
+}
+
+/// `text` with its `[scheduler]` table holding `capacity` packets and `flows` flows (any sizes
+/// it gave dropped).
+fn with_sizes(text: &str, capacity: usize, flows: usize) -> String {
+    let sizes = format!("capacity = {capacity}\nflows = {flows}\n");
+    let mut out = String::new();
+    if !text.contains("[scheduler]") {
+        out = format!("[scheduler]\n{sizes}");
+    }
+    for line in text.lines() {
+        let key = line.trim_start();
+        if key.starts_with("capacity") || key.starts_with("flows") {
+            continue;
+        }
+        out += line;
+        out.push('\n');
+        if key.starts_with("[scheduler]") {
+            out += &sizes;
+        }
+    }
+    out
+}
+
+/// Every example, shrunk to tables of one to 64 packets and one to 8 flows (so that packets
+/// are refused, and idle flows reclaimed, all the time), as a careless host drives it: times
+/// from 0 to the end of time (`u64::MAX` ns) and stepping back by up to 18 minutes, lengths
+/// of 0, 1 and `u32::MAX` bytes, any ranking fields and pacing rates, flow-id hints right or
+/// wrong, and run-time changes of rates, bursts, weights, reservations and flows' rates to
+/// any values. After every call the bookkeeping holds ([`Scheduler::check`]), `next_event`
+/// names a time exactly while a packet is held, and a host that wakes before it finds
+/// nothing to send; each accepted packet leaves once, and all of them once time runs on.
+#[test]
+fn every_example_keeps_its_books_for_a_careless_host_at_any_time() {
+    for (name, text) in examples() {
+        for seed in 0..24u64 {
+            let mut rng = Rng::new(0xB00C ^ seed << 8 ^ name.len() as u64);
+            let mut pick = |n: u64| rng.next_u64() % n;
+            let capacity = [1usize, 2, 3, 8, 64][pick(5) as usize];
+            let flows = [1usize, 2, 3, 8][pick(4) as usize];
+            let (b, _) = compile_str(&with_sizes(&text, capacity, flows), &name)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut s = b.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let nodes = s.node_count() as u64;
+            let leaves: Vec<NodeId> = (0..nodes as NodeId)
+                .filter(|&n| (0..nodes as NodeId).all(|c| s.parent(c) != Some(n)))
+                .collect();
+            let case = format!("{name}, seed {seed}");
+            // From time 0, halfway to the end of time, or a second before it.
+            let mut latest = pick(3) * (u64::MAX / 2 - 1_000_000_000);
+            let mut accepted = HashSet::new();
+            let rate = |pick: &mut dyn FnMut(u64) -> u64| match pick(4) {
+                0 => None,
+                1 => Rate::new(1),
+                2 => Rate::new(sluice_sched::units::MAX_RATE_BPS),
+                _ => Rate::new(1 + pick(1 << 36)),
+            };
+            for token in 0..400u64 {
+                let now = match pick(10) {
+                    0 => latest.saturating_sub(pick(1 << 40)),
+                    _ => latest,
+                };
+                let step = format!("{case}, step {token} at {now}");
+                match pick(12) {
+                    0..=4 => {
+                        let time = |pick: &mut dyn FnMut(u64) -> u64| match pick(4) {
+                            0 => u64::MAX,
+                            1 => 0,
+                            _ => now.wrapping_add(pick(1 << 30)),
+                        };
+                        // Its headers; its fields are replaced.
+                        let mut p = packet(&mut Rng::new(pick(u64::MAX)), token, 0);
+                        p.len = [0, 1, u32::MAX, 65_536, 64 + pick(9000) as u32][pick(5) as usize];
+                        p.flow = pick(6);
+                        p.fields = Fields {
+                            priority: pick(256) as u8,
+                            deadline: time(&mut pick),
+                            slack: time(&mut pick),
+                            remaining: time(&mut pick),
+                            pacing_bps: [0, 0, 0, 1, u64::MAX, 1 << 63, pick(1 << 40)]
+                                [pick(7) as usize],
+                        };
+                        p.flow_id = [None, Some(pick(8) as u32), Some(u32::MAX)][pick(3) as usize];
+                        if s.enqueue(now, &p).is_ok() {
+                            accepted.insert(token);
+                        }
+                    }
+                    5..=7 => {
+                        if let Some(d) = s.dequeue(now) {
+                            assert!(accepted.remove(&d.token), "{step}: {} again", d.token);
+                        }
+                    }
+                    8 => {
+                        let dt = [u64::MAX, pick(1 << 50), pick(10_000_000)][pick(3) as usize];
+                        latest = latest.saturating_add(dt);
+                    }
+                    9 => {
+                        let burst = [0, u64::MAX, pick(100_000)][pick(3) as usize];
+                        let r = rate(&mut pick);
+                        s.set_rate(now, pick(nodes) as NodeId, r, burst);
+                    }
+                    10 => {
+                        let weight = [0, u32::MAX, pick(10) as u32][pick(3) as usize];
+                        s.set_weight(pick(nodes) as NodeId, weight);
+                    }
+                    _ if pick(2) == 0 => {
+                        let r = rate(&mut pick);
+                        s.set_reservation(now, pick(nodes) as NodeId, r);
+                    }
+                    _ => {
+                        let leaf = leaves[pick(leaves.len() as u64) as usize];
+                        let r = rate(&mut pick);
+                        s.set_flow_rate(now, leaf, pick(6), r);
+                    }
+                }
+                s.check();
+                let _ = s.describe();
+                let next = s.next_event(now);
+                assert_eq!(next.is_some(), !s.is_empty(), "{step}: told {next:?}");
+                // Woken before the time it was told, the host finds nothing to send: a
+                // nanosecond before it, or halfway there.
+                if let Some(t) = next.filter(|&t| t > now.saturating_add(1) && token % 2 == 0) {
+                    let early = if token % 4 == 0 {
+                        t - 1
+                    } else {
+                        now + (t - now) / 2
+                    };
+                    let d = s.dequeue(early);
+                    assert_eq!(d, None, "{step}: told {t}, but a packet left at {early}");
+                    latest = latest.max(early);
+                    s.check();
+                }
+            }
+            let mut now = latest;
+            for _ in 0..100_000 {
+                let Some(t) = s.next_event(now) else { break };
+                assert!(t >= now, "{case}: told {t} at {now}");
+                now = t;
+                if let Some(d) = s.dequeue(now) {
+                    assert!(accepted.remove(&d.token), "{case}: {} again", d.token);
+                }
+                s.check();
+            }
+            assert!(accepted.is_empty(), "{case}: never left: {accepted:?}");
+            assert!(s.is_empty(), "{case}: {} held", s.len());
+        }
     }
 }
