@@ -1,8 +1,9 @@
 //! # sluice-queue: integer priority queues whose cost does not grow with the number of flows
 //!
 //! Every scheduler in Sluice stands on one contract, [`RankQueue`]: push an item with an integer
-//! rank, pop the smallest, remove any item by its [`Handle`] in O(1). Items are small `Copy`
-//! handles (an index into a caller-owned packet or flow table); queues never hold packet bytes.
+//! rank, pop the smallest, remove any item by its [`Handle`] (in O(1), but O(words) in the flat
+//! FFS and O(log n) in the B-tree and skip list baselines). Items are small `Copy` handles (an
+//! index into a caller-owned packet or flow table); queues never hold packet bytes.
 //!
 //! ## The structures
 //!
@@ -27,7 +28,8 @@
 //! - **Out of range** is never a silent misorder: each bucketed queue follows its [`Overflow`]
 //!   policy (clamp to the edge bucket and count it, or reject and return the item to the caller).
 //! - **Memory** is reserved at construction; no operation allocates afterwards (see
-//!   `tests/zero_alloc.rs`). A push beyond [`RankQueue::capacity`] returns [`PushError::Full`].
+//!   `tests/zero_alloc.rs`), but in the [`BTreeQueue`] baseline, whose `BTreeMap` allocates
+//!   its nodes as it grows. A push beyond [`RankQueue::capacity`] returns [`PushError::Full`].
 //! - **Handles** carry a generation: removing with a stale handle (already popped or removed)
 //!   returns [`StaleHandle`], never undefined behaviour, and so does a handle from another
 //!   queue unless that queue has issued the same one. A handle names a slot and its 32-bit
