@@ -910,6 +910,52 @@ sluice_uptime_seconds 12.500000001
         }
     }
 
+    /// The metric names docs/daemon.md gives (its "Metrics and logs" section, with
+    /// `{a,b}` spelled out) are the families the endpoint serves, no more and no fewer: a
+    /// family added or renamed in one place and not the other fails here. The old name the
+    /// doc gives as such (`sluice_buffers_total`) is the one exception.
+    #[test]
+    fn the_families_in_the_daemon_doc_are_the_ones_served() {
+        let doc = include_str!("../../../docs/daemon.md");
+        let section = doc
+            .split("## Metrics and logs")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("a Metrics and logs section in docs/daemon.md");
+        // Each `{a,b}` group in a name, spelled out (`sluice_port_{rx,tx}_{bytes,frames}_total`
+        // is four names).
+        fn expand(name: &str) -> Vec<String> {
+            let Some(open) = name.find('{') else {
+                return vec![name.to_string()];
+            };
+            let close = open + name[open..].find('}').expect("a closed `{`");
+            let (head, tail) = (&name[..open], &name[close + 1..]);
+            name[open + 1..close]
+                .split(',')
+                .flat_map(|alt| expand(&format!("{head}{alt}{tail}")))
+                .collect()
+        }
+        let documented: std::collections::BTreeSet<String> = section
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|code| code.starts_with("sluice_"))
+            .map(|code| {
+                // A family, not its labels: `sluice_drops_total{reason}`.
+                code.strip_suffix("{reason}").unwrap_or(code)
+            })
+            .flat_map(expand)
+            .filter(|name| name != "sluice_buffers_total")
+            .collect();
+        let served: std::collections::BTreeSet<String> = render(&small())
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(documented, served);
+    }
+
     #[test]
     fn each_family_header_appears_once_with_many_links() {
         let mut s = small();
