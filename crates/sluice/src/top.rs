@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-/// Where `sluice run` puts its control socket unless configured otherwise.
+/// The socket asked when `--socket` is not given: the `control` path of docs/daemon.md's
+/// example. `sluice run` opens no control socket unless its file sets `control`.
 pub const DEFAULT_SOCKET: &str = "/run/sluice/sluice.sock";
 /// How long one poll waits for the daemon (its own wait on the datapath is 5 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
