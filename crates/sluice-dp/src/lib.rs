@@ -10,6 +10,7 @@
 //! - [`control`]: requests to the datapath thread from the control plane.
 //! - [`control_socket`]: the Unix control socket (newline-delimited JSON) and its client.
 //! - [`metrics`]: Prometheus text exposition and the loopback endpoint serving it.
+//! - [`deadline`]: socket I/O with one deadline for a whole exchange (control socket, metrics).
 //! - [`buffers`]: the frame buffer arena (the global memory bound).
 //! - [`codel`]: CoDel's control law, per flow: which leaving frames to mark.
 //! - [`ecn`]: Congestion Experienced marks instead of drops.
