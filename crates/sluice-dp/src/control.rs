@@ -208,6 +208,40 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Every request docs/daemon.md's control socket section shows is one the socket takes,
+    /// and it shows every command of the wire protocol.
+    #[test]
+    fn the_requests_in_the_daemon_doc_parse() {
+        let doc = include_str!("../../../docs/daemon.md");
+        let section = doc
+            .split("## Control socket")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("a Control socket section in docs/daemon.md");
+        let mut shown = Vec::new();
+        for line in section.lines().filter(|l| l.starts_with("{\"cmd\"")) {
+            let json = line.split(" -> ").next().unwrap_or(line).trim();
+            let request: Request = serde_json::from_str(json)
+                .unwrap_or_else(|e| panic!("docs/daemon.md: `{json}`: {e}"));
+            shown.push(std::mem::discriminant(&request));
+        }
+        assert!(shown.len() >= 6, "{} requests found", shown.len());
+        let set_rate = Request::SetRate {
+            link: String::new(),
+            node: String::new(),
+            rate: String::new(),
+            burst: None,
+        };
+        let set_weight = Request::SetWeight {
+            link: String::new(),
+            node: String::new(),
+            weight: 1,
+        };
+        for wire in [Request::Stats {}, set_rate, set_weight] {
+            assert!(shown.contains(&std::mem::discriminant(&wire)), "{wire:?}");
+        }
+    }
+
     #[test]
     fn requests_parse_from_json_and_unknown_ones_do_not() {
         let r: Request = serde_json::from_str(r#"{"cmd":"stats"}"#).unwrap();
