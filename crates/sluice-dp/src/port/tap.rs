@@ -11,9 +11,10 @@
 //! The device is always a new one: the first queue is asked for with `IFF_TUN_EXCL`, so a name
 //! taken by any interface (another daemon's tap, a persistent tap made with `ip tuntap add`, a
 //! device of another kind) is refused rather than attached to. It is not persistent: it exists
-//! while the `Tap` is open and disappears when it is dropped, wherever it is (it may be moved into another namespace with
-//! [`crate::netns::Setup::move_link`]; the descriptor keeps working). A read returns exactly
-//! one frame; a write sends exactly one. Writing to a tap whose link is down fails (`EIO`).
+//! while the `Tap` is open and disappears when it is dropped, wherever it is (it may be moved
+//! into another namespace with [`crate::netns::Setup::move_link`]; the descriptor keeps
+//! working). A read returns exactly one frame; a write sends exactly one. Writing to a tap whose
+//! link is down fails (`EIO`).
 //!
 //! `unsafe` is confined to the three `ioctl` calls in [`Tap::create`]; reads and writes go
 //! through `std::fs::File`.
