@@ -178,6 +178,15 @@ pub fn netns_exists(netns: &str) -> bool {
     netns_path(netns).exists()
 }
 
+/// Which namespace the name `netns` names: the device and inode of its file, which iproute2
+/// mounts the namespace on (`None` if there is none). A namespace deleted and made again under
+/// the same name is another namespace, with another inode.
+pub fn netns_identity(netns: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(netns_path(netns)).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
 /// The index of interface `ifname` in the calling thread's namespace;
 /// [`NetnsError::NoInterface`] ("interface `eth9` does not exist") when there is none.
 pub fn interface_index(ifname: &str) -> Result<u32, NetnsError> {
@@ -461,8 +470,13 @@ pub fn cpu_mask(cpu: usize) -> String {
 /// One thing a [`Setup`] did, and will undo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Created a namespace (undo: `ip netns del`).
-    Netns(String),
+    /// Created a namespace (undo: `ip netns del`, if the name still names it).
+    Netns {
+        /// Its name.
+        name: String,
+        /// Which namespace it is ([`netns_identity`]; `None`: it could not be read).
+        identity: Option<(u64, u64)>,
+    },
     /// Created a veth pair (undo: delete it, which deletes both ends).
     Veth {
         /// Namespace both ends were created in (`None`: the daemon's own).
@@ -523,7 +537,7 @@ fn ns_label(netns: &Option<String>) -> String {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Netns(ns) => write!(f, "created namespace `{ns}`"),
+            Step::Netns { name, .. } => write!(f, "created namespace `{name}`"),
             Step::Veth { netns, name, peer } => {
                 write!(f, "created veth `{name}`/`{peer}` in {}", ns_label(netns))
             }
@@ -582,7 +596,7 @@ impl Setup {
     pub fn owns(&self, netns: &str) -> bool {
         self.steps
             .iter()
-            .any(|s| matches!(s, Step::Netns(n) if n == netns))
+            .any(|s| matches!(s, Step::Netns { name, .. } if name == netns))
     }
 
     fn check_owned(&self, netns: Option<&str>) -> Result<(), NetnsError> {
@@ -618,7 +632,10 @@ impl Setup {
         }
         match ip(&["netns", "add", netns]) {
             Ok(_) => {
-                self.steps.push(Step::Netns(netns.to_string()));
+                self.steps.push(Step::Netns {
+                    name: netns.to_string(),
+                    identity: netns_identity(netns),
+                });
                 Ok(())
             }
             // Created by someone else between the check and the command.
@@ -847,9 +864,11 @@ fn has_address(netns: Option<&str>, ifname: &str, cidr: &str) -> Result<bool, Ne
 
 fn undo(step: &Step) -> Result<(), NetnsError> {
     match step {
-        Step::Netns(ns) => {
-            if netns_exists(ns) {
-                ip(&["netns", "del", ns])?;
+        Step::Netns { name, identity } => {
+            // Deleted by someone else and made again under the name: not ours to delete.
+            let ours = identity.is_none() || netns_identity(name) == *identity;
+            if netns_exists(name) && ours {
+                ip(&["netns", "del", name])?;
             }
         }
         Step::Veth { netns, name, .. } => {

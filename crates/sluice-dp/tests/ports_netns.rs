@@ -1698,6 +1698,29 @@ fn a_busy_namespace_is_refused_and_left_alone() {
     assert!(!netns_exists(&n));
 }
 
+/// A namespace the setup created, deleted by someone else and created again under its name by
+/// another, is theirs now: teardown leaves it alone.
+#[test]
+fn teardown_leaves_alone_a_namespace_another_made_under_the_name_of_ours() {
+    require_root!();
+    struct Foreign(String);
+    impl Drop for Foreign {
+        fn drop(&mut self) {
+            let _ = netns::ip(&["netns", "del", &self.0]);
+        }
+    }
+    let n = ns("sr");
+    let mut s = Setup::new();
+    s.netns(&n).expect("ours");
+    netns::ip(&["netns", "del", &n]).expect("deleted by someone else");
+    netns::ip(&["netns", "add", &n]).expect("made again by someone else");
+    let foreign = Foreign(n.clone());
+    s.teardown().expect("teardown");
+    assert!(netns_exists(&n), "another's namespace was deleted");
+    drop(foreign);
+    assert!(!netns_exists(&n));
+}
+
 #[test]
 fn teardown_moves_interfaces_home_and_skips_vanished_ones() {
     require_root!();
