@@ -10,13 +10,14 @@
 //!
 //! The probe is `ping -i 0.01` (100 probes a second, 56-byte ICMP echo) from the sending to
 //! the receiving namespace, through the same shaper as the flows, for the measurement window;
-//! every reply's `time=` is one round trip.
+//! every reply's `time=` is one round trip (ping runs in the C locale, so that the lines are
+//! not translated; a ping that fails, or a reply whose time cannot be read, fails the run).
 
 use super::procs::{self, Proc};
 use anyhow::{Context, anyhow, bail};
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Most streams one iperf3 client runs (`-P` at most 128).
@@ -196,45 +197,73 @@ pub fn finish_clients(clients: Vec<Client>, timeout: Duration) -> anyhow::Result
 pub struct Ping {
     proc: Proc,
     out: PathBuf,
+    err: PathBuf,
+}
+
+/// `ping` from `netns` to `dst` every [`PING_INTERVAL`], in the C locale: iputils built with
+/// NLS translates its reply lines (`time=` included), which [`ping_rtts`] reads.
+pub fn ping_command(netns: &str, dst: &str) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns, "ping", "-n", "-i"])
+        .arg(format!("{}", PING_INTERVAL.as_secs_f64()))
+        .arg(dst)
+        .env("LC_ALL", "C");
+    cmd
 }
 
 /// Start pinging `dst` from `netns` every [`PING_INTERVAL`].
 pub fn start_ping(netns: &str, dst: &str, dir: &Path) -> anyhow::Result<Ping> {
     let out = dir.join("ping.txt");
+    let err = dir.join("ping.err");
     let file =
         std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", netns, "ping", "-n", "-i"])
-        .arg(format!("{}", PING_INTERVAL.as_secs_f64()))
-        .arg(dst)
-        .stdout(file)
-        .stderr(Stdio::null());
+    let err_file =
+        std::fs::File::create(&err).with_context(|| format!("cannot create {}", err.display()))?;
+    let mut cmd = ping_command(netns, dst);
+    cmd.stdout(file).stderr(err_file);
     let proc = Proc::spawn(&mut cmd, "ping")?;
-    Ok(Ping { proc, out })
+    Ok(Ping { proc, out, err })
 }
 
 impl Ping {
     /// Stop the probe (SIGINT: ping prints its summary and exits) and return the round trips,
-    /// microseconds.
+    /// microseconds (see [`ping_rtts`]).
     pub fn finish(mut self) -> anyhow::Result<Vec<f64>> {
         self.proc.signal(Signal::SIGINT)?;
-        self.proc.wait_timeout(Duration::from_secs(5))?;
+        let status = self.proc.wait_timeout(Duration::from_secs(5))?;
         let text = std::fs::read_to_string(&self.out)
             .with_context(|| format!("cannot read {}", self.out.display()))?;
-        Ok(parse_ping(&text))
+        let err = std::fs::read_to_string(&self.err).unwrap_or_default();
+        ping_rtts(status.code(), &text, &err)
+            .with_context(|| format!("ping ({status}), output in {}", self.out.display()))
     }
 }
 
-/// The round trips in ping's output (`time=0.123 ms` per reply), microseconds.
-pub fn parse_ping(text: &str) -> Vec<f64> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.split_once("time=")?.1;
-            let (ms, unit) = rest.split_once(' ').unwrap_or((rest, "ms"));
-            let ms: f64 = ms.parse().ok()?;
-            (unit.trim() == "ms").then_some(ms * 1000.0)
-        })
-        .collect()
+/// The round trips of a finished ping, microseconds, from its exit code, its output
+/// (`time=0.123 ms` per reply; duplicates, `(DUP!)`, are left out) and its stderr. Exit code
+/// 0 (replies) or 1 (no reply: no round trips) are results; anything else (2: an error, or
+/// killed by a signal) is an error quoting stderr, and so is a reply line whose round trip
+/// cannot be read, rather than a percentile over the replies that could.
+pub fn ping_rtts(code: Option<i32>, text: &str, stderr: &str) -> anyhow::Result<Vec<f64>> {
+    if !matches!(code, Some(0 | 1)) {
+        bail!("ping failed: {}", stderr.trim());
+    }
+    let mut rtts = Vec::new();
+    for line in text.lines() {
+        if !line.contains(" bytes from ") || line.contains("(DUP!)") {
+            continue;
+        }
+        let rtt = line
+            .split_once(" time=")
+            .and_then(|(_, rest)| {
+                let mut words = rest.split_whitespace();
+                let ms: f64 = words.next()?.parse().ok()?;
+                (words.next() == Some("ms") && ms.is_finite()).then_some(ms * 1000.0)
+            })
+            .ok_or_else(|| anyhow!("a ping reply without a readable round trip: {line}"))?;
+        rtts.push(rtt);
+    }
+    Ok(rtts)
 }
 
 #[cfg(test)]
@@ -289,7 +318,66 @@ mod tests {
 4 packets transmitted, 3 received, 25% packet loss, time 30ms
 rtt min/avg/max/mdev = 0.053/38.851/104.000/46.000 ms
 ";
-        assert_eq!(parse_ping(text), vec![53.0, 12_500.0, 104_000.0]);
-        assert_eq!(parse_ping(""), Vec::<f64>::new());
+        assert_eq!(
+            ping_rtts(Some(0), text, "").unwrap(),
+            vec![53.0, 12_500.0, 104_000.0]
+        );
+        // No reply at all (ping exits 1): no round trips, not an error.
+        assert_eq!(ping_rtts(Some(1), "", "").unwrap(), Vec::<f64>::new());
+    }
+
+    /// A duplicate reply is not a round trip of its own; it neither counts nor hides the others.
+    #[test]
+    fn ping_duplicates_are_skipped() {
+        let text = "64 bytes from 10.78.0.2: icmp_seq=1 ttl=64 time=0.053 ms
+64 bytes from 10.78.0.2: icmp_seq=1 ttl=64 time=0.061 ms (DUP!)
+64 bytes from 10.78.0.2: icmp_seq=2 ttl=64 time=0.070 ms
+";
+        assert_eq!(ping_rtts(Some(0), text, "").unwrap(), vec![53.0, 70.0]);
+    }
+
+    /// A ping that failed (exit 2: no route, a bad address) or died fails the run instead of
+    /// leaving it without an RTT; so does a reply whose round trip cannot be read (output in
+    /// another language or format), instead of being left out of the percentiles.
+    #[test]
+    fn a_failed_or_unreadable_ping_is_an_error() {
+        let e = ping_rtts(Some(2), "", "ping: connect: Network is unreachable\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Network is unreachable"), "{e}");
+        assert!(ping_rtts(None, "", "").is_err());
+        let localized = "64 bytes from 10.78.0.2: icmp_seq=1 ttl=64 Zeit=0,053 ms\n";
+        let e = ping_rtts(Some(0), localized, "").unwrap_err().to_string();
+        assert!(e.contains("icmp_seq=1"), "{e}");
+        let comma = "64 bytes from 10.78.0.2: icmp_seq=1 ttl=64 time=0,053 ms\n";
+        assert!(ping_rtts(Some(0), comma, "").is_err());
+    }
+
+    /// ping translates its output (iputils with NLS): it runs in the C locale.
+    #[test]
+    fn ping_runs_in_the_c_locale() {
+        let cmd = ping_command("ns", "10.78.0.2");
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(
+            envs.contains(&(
+                std::ffi::OsStr::new("LC_ALL"),
+                Some(std::ffi::OsStr::new("C"))
+            )),
+            "{envs:?}"
+        );
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "netns",
+                "exec",
+                "ns",
+                "ping",
+                "-n",
+                "-i",
+                "0.01",
+                "10.78.0.2"
+            ]
+        );
     }
 }
