@@ -63,8 +63,8 @@ pub struct DpArgs {
     /// Measurement window of each run, whole seconds. Default: 10s (4s with --quick).
     #[arg(long, value_parser = parse_seconds)]
     duration: Option<u64>,
-    /// Warm-up before each window, whole seconds.
-    #[arg(long, value_parser = parse_seconds, default_value = "2s")]
+    /// Warm-up before each window, whole seconds (at most 60s: iperf3 omits at most 60).
+    #[arg(long, value_parser = parse_warmup, default_value = "2s")]
     warmup: u64,
     /// A few minutes: 1 and 100 flows at 100 Mbit/s and 1 Gbit/s, 4 s windows.
     #[arg(long)]
@@ -97,6 +97,9 @@ const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Most flows (iperf3 pairs use ports 5201 upwards).
 const MAX_FLOWS: usize = 4096;
+
+/// Longest warm-up, seconds: iperf3's `-O` takes at most 60.
+const MAX_WARMUP_S: u64 = 60;
 
 /// How long all flows may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -164,6 +167,18 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
         ));
     }
     Ok(ns / 1_000_000_000)
+}
+
+/// The warm-up: iperf3 omits it from its totals (`-O`), and refuses more than 60 s; the
+/// clients would then fail at once, and each run only after waiting for connections.
+fn parse_warmup(s: &str) -> Result<u64, String> {
+    let secs = parse_seconds(s)?;
+    if secs > MAX_WARMUP_S {
+        return Err(format!(
+            "`{s}`: at most {MAX_WARMUP_S}s (iperf3 omits at most 60 s)"
+        ));
+    }
+    Ok(secs)
 }
 
 /// A burst as the daemon takes one (at most 4 GiB - 1 B), and at least 1 byte.
@@ -950,6 +965,8 @@ mod tests {
             &["--flows", "5000"],
             &["--duration", "1.5s"],
             &["--duration", "10"],
+            // iperf3 omits at most 60 s (`-O 61`: "bogus value for --omit").
+            &["--warmup", "61s"],
             &["--leaf", "prio"],
             &["--daemon", "ecn"],
             &["--daemon", "control=/x"],
