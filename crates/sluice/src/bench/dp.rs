@@ -11,7 +11,7 @@
 //! | figure | how |
 //! |---|---|
 //! | achieved Mbit/s | wire bytes (every segment's Ethernet frame) at the receiver over the window |
-//! | conformance error | mean \|rate - target\| / target of the 100 ms samples, percent |
+//! | conformance error | mean \|rate - target\| / target of the 100 ms samples (each weighted by its length), percent |
 //! | Jain's index | over the flows' received bytes (iperf3, after its omitted warm-up) |
 //! | retransmissions | iperf3 senders' total |
 //! | RTT p50 / p99 | `ping -i 0.01` round trips during the window |
@@ -689,7 +689,6 @@ fn measure_run(
     }
     let achieved_bps = figures::mean_rate(&samples, mss);
     let timed = figures::interval_rates(&samples, mss);
-    let rates: Vec<f64> = timed.iter().map(|&(_, bps)| bps).collect();
     let wire_bits = achieved_bps * window_s;
     let per_gbit = |ticks: u64| figures::cpu_s_per_gbit(ticks as f64 * tick, wire_bits);
     let bytes: Vec<f64> = iperf.stream_bytes.iter().map(|&b| b as f64).collect();
@@ -703,7 +702,7 @@ fn measure_run(
                 .at_ns
                 .map_or(window_s, |ns| ns as f64 / 1e9)
                 .max(1e-9),
-        conformance_err_pct: figures::conformance_err_pct(&rates, target as f64),
+        conformance_err_pct: figures::conformance_err_pct(&samples, mss, target as f64),
         jain: figures::jain(&bytes),
         retrans: iperf.retrans,
         drops: counted.drops,

@@ -19,7 +19,7 @@
 //! | figure | definition |
 //! |---|---|
 //! | achieved rate | wire bytes over the window / its length, bit/s |
-//! | conformance error | mean over the 100 ms samples of \|rate - target\| / target, percent |
+//! | conformance error | mean over the 100 ms samples of \|rate - target\| / target, each weighted by its length, percent |
 //! | Jain's index | (sum x)^2 / (n sum x^2) over the flows' received bytes |
 //! | RTT p50, p99 | nearest-rank percentiles of the ping round trips |
 //! | CPU per Gbit | CPU seconds over the window / wire gigabits over the window |
@@ -70,14 +70,27 @@ pub fn mean_rate(samples: &[Sample], mss: u64) -> f64 {
     }
 }
 
-/// Mean absolute deviation of `rates` from `target_bps`, in percent of the target (0 for no
-/// rates).
-pub fn conformance_err_pct(rates: &[f64], target_bps: f64) -> f64 {
-    if rates.is_empty() || target_bps <= 0.0 {
+/// Mean absolute deviation from `target_bps` of the rates of the intervals between
+/// consecutive samples, each weighted by its length, in percent of the target (0 for no
+/// intervals). With samples every 100 ms this is the plain mean over the samples; a sample
+/// read late (its thread preempted past the next instant) is followed by one read at once,
+/// and the microseconds between them, whose rate is 0 or many times the target, count for
+/// their length instead of as much as a whole 100 ms.
+pub fn conformance_err_pct(samples: &[Sample], mss: u64, target_bps: f64) -> f64 {
+    if target_bps <= 0.0 {
         return 0.0;
     }
-    let sum: f64 = rates.iter().map(|r| (r - target_bps).abs()).sum();
-    sum / rates.len() as f64 / target_bps * 100.0
+    let (mut weighted, mut total_ns) = (0.0, 0.0);
+    for w in samples.windows(2).filter(|w| w[1].t_ns > w[0].t_ns) {
+        let ns = (w[1].t_ns - w[0].t_ns) as f64;
+        let bps = wire_bytes_between(&w[0], &w[1], mss) * 8e9 / ns;
+        weighted += (bps - target_bps).abs() * ns;
+        total_ns += ns;
+    }
+    if total_ns <= 0.0 {
+        return 0.0;
+    }
+    weighted / total_ns / target_bps * 100.0
 }
 
 /// Jain's fairness index of `xs`: 1 when all are equal, 1/n when one has everything; 0 when
@@ -164,11 +177,46 @@ mod tests {
 
     #[test]
     fn conformance_is_the_mean_absolute_deviation_in_percent() {
-        assert_eq!(conformance_err_pct(&[1e9, 1e9], 1e9), 0.0);
-        // +2% and -4%: mean absolute 3%.
-        let e = conformance_err_pct(&[1.02e9, 0.96e9], 1e9);
+        // 1448 B segments of 1514 B on the wire: 1e6 segments in 100 ms are 12.112 Gbit/s,
+        // the target here; then +2% and -4%: mean absolute 3%.
+        let target = 1e6 * 1514.0 * 8.0 / 0.1;
+        let samples = [
+            s(0, 0, 0),
+            s(100, 1_000_000 * 1514, 1_000_000),
+            s(200, 2_000_000 * 1514, 2_000_000),
+            s(300, 3_020_000 * 1514, 3_020_000),
+            s(400, 3_980_000 * 1514, 3_980_000),
+        ];
+        let e = conformance_err_pct(&samples[..3], 1448, target);
+        assert!(e.abs() < 1e-9, "{e}");
+        let e = conformance_err_pct(&samples[2..], 1448, target);
         assert!((e - 3.0).abs() < 1e-9, "{e}");
-        assert_eq!(conformance_err_pct(&[], 1e9), 0.0);
+        assert_eq!(conformance_err_pct(&samples[..1], 1448, target), 0.0);
+        assert_eq!(conformance_err_pct(&[], 1448, target), 0.0);
+    }
+
+    /// A sample read late (the sampler preempted past the next instant) is followed by one
+    /// read at once: a long interval and one of microseconds, whose rate is 0 or many times the
+    /// target. It counts for its length, not as much as a whole 100 ms.
+    #[test]
+    fn a_late_sample_counts_for_its_length() {
+        // 12.5 MB of wire bytes per 100 ms: 1 Gbit/s.
+        let per_100ms = 8256u64; // segments of 1514 B
+        let at = |t_us: u64, segs: u64| Sample {
+            t_ns: t_us * 1000,
+            rx_bytes: segs * 1514,
+            rx_packets: segs,
+        };
+        let samples = [
+            at(0, 0),
+            at(100_000, per_100ms),
+            // Late by 250 ms, then at once: 50 us and nothing new.
+            at(350_000, per_100ms * 35 / 10),
+            at(350_050, per_100ms * 35 / 10),
+            at(400_000, per_100ms * 4),
+        ];
+        let e = conformance_err_pct(&samples, 1448, 1e9);
+        assert!(e < 0.1, "{e}% for a machine that delivered the target");
     }
 
     #[test]
