@@ -609,7 +609,7 @@ fn measure_run(
     ];
     let _servers = traffic::start_servers(&names.ns_b, &ports, dir)?;
     let pairs: Vec<(u16, usize)> = ports.iter().copied().zip(split.iter().copied()).collect();
-    let clients = traffic::start_clients(
+    let mut clients = traffic::start_clients(
         &names.ns_a,
         dst,
         &pairs,
@@ -651,6 +651,7 @@ fn measure_run(
     let counted0 = topo.counters(shaper)?;
     let ping = traffic::start_ping(&names.ns_a, dst, dir)?;
     procs::sleep_until(start + plan.window)?;
+    traffic::still_sending(&mut clients)?;
     let cpu1 = measure::system_cpu()?;
     let daemon1 = measure::process_cpu(daemon_pid)?;
     let counted = topo.counters(shaper)?.since(&counted0);

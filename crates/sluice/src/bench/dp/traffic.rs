@@ -193,6 +193,22 @@ pub fn finish_clients(clients: Vec<Client>, timeout: Duration) -> anyhow::Result
     Ok(all)
 }
 
+/// Fail if a client has already finished. Called at the window's end: each client sends for
+/// the warm-up, the window and a tail from its own start, and the window starts when the last
+/// client's connections are up, so one whose connections came up a tail earlier or more stopped
+/// inside the window, which then was not all under load.
+pub fn still_sending(clients: &mut [Client]) -> anyhow::Result<()> {
+    for c in clients {
+        if let Some(status) = c.proc.try_wait()? {
+            bail!(
+                "{} finished ({status}) before the window ended: its connections came up long                  before the last client's, so part of the window was not under its load",
+                c.proc.what()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A running ping probe.
 pub struct Ping {
     proc: Proc,
@@ -269,6 +285,29 @@ pub fn ping_rtts(code: Option<i32>, text: &str, stderr: &str) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_that_finished_before_the_window_ended_fails_the_run() {
+        let client = |cmd: &str| Client {
+            proc: Proc::spawn(
+                Command::new("sh").args(["-c", cmd]),
+                format!("client `{cmd}`"),
+            )
+            .unwrap(),
+            json: PathBuf::new(),
+        };
+        let mut clients = vec![client("sleep 30"), client("exit 0")];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while clients[1].proc.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let e = still_sending(&mut clients).unwrap_err().to_string();
+        assert!(
+            e.contains("client `exit 0` finished") && e.contains("before the window ended"),
+            "{e}"
+        );
+        assert!(still_sending(&mut clients[..1]).is_ok());
+    }
 
     #[test]
     fn flows_are_split_evenly_under_the_stream_limit() {
