@@ -107,6 +107,19 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// iperf3 keeps sending this long past the window, so the last sample is still under load.
 const TAIL: Duration = Duration::from_secs(1);
 
+/// How long past the window each of `clients` iperf3 clients is told to send, from its own
+/// start. With one, [`TAIL`]. With several, the window starts when the last client's
+/// connections are up, which may be up to [`CONNECT_TIMEOUT`] after the first's (each client
+/// connects its streams one by one, an RTT each under the others' load): each sends that much
+/// longer, so that all of them are still sending when the window ends.
+fn client_tail(clients: usize) -> Duration {
+    if clients > 1 {
+        TAIL + CONNECT_TIMEOUT
+    } else {
+        TAIL
+    }
+}
+
 /// TCP counters of the sender (A) and receiver (B) shown after each run when they move:
 /// retransmissions by cause, reordering, ECN.
 const TCP_COUNTERS: [(&str, &str); 11] = [
@@ -609,12 +622,13 @@ fn measure_run(
     ];
     let _servers = traffic::start_servers(&names.ns_b, &ports, dir)?;
     let pairs: Vec<(u16, usize)> = ports.iter().copied().zip(split.iter().copied()).collect();
+    let tail = client_tail(pairs.len());
     let mut clients = traffic::start_clients(
         &names.ns_a,
         dst,
         &pairs,
         plan.warmup,
-        plan.window + TAIL,
+        plan.window + tail,
         dir,
     )?;
     // The warm-up starts when every flow and each client's control connection is up, or (one
@@ -659,7 +673,7 @@ fn measure_run(
     let samples: Vec<Sample> = sampler.finish()?;
     let iperf = traffic::finish_clients(
         clients,
-        plan.warmup + plan.window + TAIL + Duration::from_secs(30),
+        plan.warmup + plan.window + tail + Duration::from_secs(30),
     )?;
     let tcp1 = [
         measure::tcp_counters(&names.ns_a)?,

@@ -195,8 +195,9 @@ pub fn finish_clients(clients: Vec<Client>, timeout: Duration) -> anyhow::Result
 
 /// Fail if a client has already finished. Called at the window's end: each client sends for
 /// the warm-up, the window and a tail from its own start, and the window starts when the last
-/// client's connections are up, so one whose connections came up a tail earlier or more stopped
-/// inside the window, which then was not all under load.
+/// client's connections are up, so one whose connections came up a tail earlier or more would
+/// have stopped inside the window, which then was not all under load. (The tail of several
+/// clients covers the longest wait for connections: this is a check that it did.)
 pub fn still_sending(clients: &mut [Client]) -> anyhow::Result<()> {
     for c in clients {
         if let Some(status) = c.proc.try_wait()? {
