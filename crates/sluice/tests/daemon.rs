@@ -729,6 +729,88 @@ fn sigterm_exits_cleanly_and_removes_what_the_daemon_created() {
     assert_nothing_left("after SIGTERM", pid, &[&a, &b], &ctl);
 }
 
+/// The daemon's process, in a process group of its own (as a shell puts a job in the
+/// foreground), killed with its group if the test ends first.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let pgid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Whether process `pid` blocks SIGINT (`SigBlk` in /proc/PID/status, its main thread's).
+fn blocks_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (nix::sys::signal::Signal::SIGINT as i32 - 1)) != 0)
+}
+
+/// Ctrl-C in a terminal sends SIGINT to the whole foreground process group: to the daemon,
+/// which blocks it and reads it from its signalfd once started, and to any `ip` it runs at that
+/// moment to set up or take down its namespaces and taps. Those inherit the blocked signals, so
+/// none dies of it half-way (which would fail the start, or leave behind what it was removing).
+/// Here SIGINT goes to the daemon's group again and again, from the moment it blocks the signal
+/// until it exits: it starts, stops on the signal with status 0, and nothing is left.
+#[test]
+fn sigint_to_the_process_group_during_start_up_stops_the_daemon_cleanly() {
+    use std::os::unix::process::CommandExt;
+    let Some(mut lab) = Lab::new("pgrp", false, &[]) else {
+        return;
+    };
+    let (a, b) = (lab.ns("a"), lab.ns("b"));
+    let ctl = lab.control(0);
+    let config = lab.write("d.toml", &lab.pair_config(&a, &b, None, &ctl, ""));
+    let log_path = lab.dir.join("d.log");
+    let log_file = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut daemon = Group(child);
+    let pid = daemon.0.id();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    // Before it blocks SIGINT the signal would end it at once: wait for that (looked at
+    // without a pause, so that the signals come from the start of its start-up).
+    let deadline = Instant::now() + daemon_lab::PATIENCE;
+    while !blocks_sigint(pid) && daemon.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the daemon never blocked SIGINT");
+    }
+    let status = loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not stop on SIGINT:\n{}",
+            log()
+        );
+        let pgid = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT);
+        sleep(Duration::from_micros(200));
+    };
+    assert!(status.success(), "exit status {status}:\n{}", log());
+    assert!(
+        log().contains("stopped cleanly") && log().contains("SIGINT"),
+        "{}",
+        log()
+    );
+    assert_nothing_left("after SIGINT to the group", pid, &[&a, &b], &ctl);
+}
+
 /// An `af_packet` port reading a frame longer than the buffer it is given (BIG TCP's
 /// super-frames over 64 KiB, here a 1000-byte frame into a 200-byte buffer) skips it and counts
 /// it in `kernel_drops`. Before, the frame was lost with a warning and no counter.
