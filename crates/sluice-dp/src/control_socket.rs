@@ -25,7 +25,8 @@
 //! files at the same moment would silently inherit. An existing socket at the path is probed:
 //! if a daemon answers, binding is refused; if the connection is refused, the stale file is
 //! removed. Anything else at the path is left alone and binding is refused. On close the file is
-//! removed only if it is still the inode we bound.
+//! removed only if it is still the inode we bound, then the directories binding created for it
+//! (mode 0700), each only if empty (also when binding fails).
 //!
 //! **Threads.** One accept thread waits in epoll on the listener and a stop eventfd. Each
 //! connection gets its own thread, at most [`MAX_CONNECTIONS`] at once (beyond that a client
@@ -174,13 +175,17 @@ pub struct ControlSocket {
     identity: (u64, u64),
     stop: Arc<EventFd>,
     thread: Option<JoinHandle<()>>,
+    /// The directories made for the socket, removed after it (a field drops after `drop`).
+    _created: CreatedDirs,
 }
 
 impl ControlSocket {
     /// Listen at `path` and forward every request to the datapath through `handle`.
     ///
-    /// Creates the parent directory (mode 0700) if missing. Refuses if a daemon answers at
-    /// `path` or if something other than a socket is there; replaces a stale socket file.
+    /// Creates the parent directory (mode 0700) if missing, and removes it (and any directory
+    /// above it it created) with the socket, if nothing else is in it. Refuses if a daemon
+    /// answers at `path` or if something other than a socket is there; replaces a stale socket
+    /// file.
     pub fn bind(path: &Path, handle: ControlHandle) -> Result<ControlSocket, ControlSocketError> {
         Self::bind_with(path, handle, Limits::default())
     }
@@ -195,16 +200,7 @@ impl ControlSocket {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        if !dir.exists() {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(io_err(format!("cannot create directory {}", dir.display())))?;
-            // The umask may have taken bits from the mode we asked for; set it exactly.
-            fs::set_permissions(&dir, Permissions::from_mode(0o700))
-                .map_err(io_err(format!("cannot set the mode of {}", dir.display())))?;
-        }
+        let created = CreatedDirs::create(&dir)?;
         clear_stale(path)?;
 
         let private = PrivateDir::create(&dir)?;
@@ -261,6 +257,7 @@ impl ControlSocket {
             identity,
             stop,
             thread: Some(thread),
+            _created: created,
         })
     }
 
@@ -342,6 +339,49 @@ fn clear_stale(path: &Path) -> Result<(), ControlSocketError> {
             "cannot probe the existing socket {}",
             path.display()
         ))(e)),
+    }
+}
+
+/// The directories [`ControlSocket::bind`] made for the socket, deepest first; when dropped
+/// (after the socket file is removed, or when binding failed) each is removed if it is empty,
+/// up to the first that is not: one that holds anything else (another daemon's socket) is
+/// not only ours.
+struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Create `dir` (mode 0700) and every missing directory above it.
+    fn create(dir: &Path) -> Result<CreatedDirs, ControlSocketError> {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        if missing.is_empty() {
+            return Ok(CreatedDirs(missing));
+        }
+        // Made before creating, so that a failure half-way removes what was created.
+        let guard = CreatedDirs(missing);
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err(format!("cannot create directory {}", dir.display())))?;
+        // The umask may have taken bits from the mode we asked for; set it exactly.
+        fs::set_permissions(dir, Permissions::from_mode(0o700))
+            .map_err(io_err(format!("cannot set the mode of {}", dir.display())))?;
+        Ok(guard)
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            match fs::remove_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(_) => return,
+            }
+        }
     }
 }
 
@@ -1066,6 +1106,34 @@ mod tests {
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("ctl.sock")]);
         drop(sock);
+        dp.join().unwrap();
+    }
+
+    /// The directories bound created for the socket were left behind when it closed (and
+    /// when the daemon's start failed after binding it). Now those it created are removed
+    /// with the socket if nothing else is in them; a directory that existed is kept.
+    #[test]
+    fn directories_created_for_the_socket_are_removed_with_it() {
+        let dir = TestDir::new("mkdir");
+        let (handle, _seen, dp) = fake_datapath();
+        let path = dir.0.join("run").join("sluice").join("ctl.sock");
+        let sock = ControlSocket::bind(&path, handle.clone()).unwrap();
+        drop(sock);
+        assert!(!dir.0.join("run").exists(), "run/sluice left behind");
+        assert!(dir.0.exists(), "a directory that existed is kept");
+
+        // A directory someone else put a file in is theirs too: kept, with what is above it.
+        let sock = ControlSocket::bind(&path, handle.clone()).unwrap();
+        fs::write(dir.0.join("run").join("sluice").join("other"), b"x").unwrap();
+        drop(sock);
+        assert!(dir.0.join("run").join("sluice").join("other").exists());
+        assert!(!path.exists());
+
+        // Existing directories are never removed, even empty.
+        let sock = ControlSocket::bind(&dir.0.join("run").join("ctl.sock"), handle).unwrap();
+        fs::remove_dir_all(dir.0.join("run").join("sluice")).unwrap();
+        drop(sock);
+        assert!(dir.0.join("run").exists());
         dp.join().unwrap();
     }
 

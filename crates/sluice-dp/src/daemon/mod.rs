@@ -6,7 +6,7 @@
 //! name must be free), bind the control socket and the metrics endpoint, then create the ports
 //! and place taps in their namespaces under a [`Setup`] guard. Any error drops what exists so
 //! far: the guard undoes its steps, taps vanish when closed, the control socket file is
-//! removed.
+//! removed (with the directories created for it, if empty).
 //!
 //! **Run**. With one engine (the default) the main thread runs it ([`engine`]): an `epoll`
 //! loop over the ports, a `timerfd` at the next release, the control plane's `eventfd` and the
@@ -619,7 +619,7 @@ mod tests {
     /// in a local list, not in the supervisor that stops and joins them, and were detached,
     /// holding their queues of every tap (which then outlived the failed start). Now each
     /// engine is the supervisor's as soon as it runs: here the third of three fails, and no
-    /// tap is left.
+    /// tap is left. Nor is the control socket, or the directory created for it.
     #[test]
     fn engines_started_before_one_that_fails_are_stopped() {
         if !is_root() {
@@ -628,11 +628,15 @@ mod tests {
         }
         let pid = std::process::id();
         let (a, b) = (format!("sl{pid}fa"), format!("sl{pid}fb"));
+        let run = std::env::temp_dir().join(format!("sluice-dm-{pid}-fail"));
+        let _ = std::fs::remove_dir_all(&run);
+        let control = run.join("sluice").join("ctl.sock");
         let text = format!(
-            "[daemon]\nengines = 3\n\n\
+            "[daemon]\nengines = 3\ncontrol = \"{}\"\n\n\
              [[port]]\nname = \"a\"\nkind = \"tap\"\nifname = \"{a}\"\n\n\
              [[port]]\nname = \"b\"\nkind = \"tap\"\nifname = \"{b}\"\n\n\
-             [[link]]\nfrom = \"a\"\nto = \"b\"\n"
+             [[link]]\nfrom = \"a\"\nto = \"b\"\n",
+            control.display()
         );
         let cfg = Config::parse(&text, "d.toml", Path::new(".")).unwrap();
         FAIL_ENGINE_START.set(Some(2));
@@ -646,6 +650,7 @@ mod tests {
                 "tap {ifname} outlived the failed start"
             );
         }
+        assert!(!run.exists(), "{} outlived the failed start", run.display());
     }
 
     fn example(name: &str) -> Scheduler {
