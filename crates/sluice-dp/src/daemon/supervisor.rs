@@ -730,6 +730,34 @@ mod partial_tests {
         }
     }
 
+    /// An engine thread that panics ends the supervisor's run with an error naming it (the
+    /// daemon then stops the others and exits non-zero); the others are stopped and joined.
+    #[test]
+    fn an_engine_that_panics_ends_the_run_with_an_error() {
+        use nix::sys::signal::SigSet;
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        let (mut links, _bare) = bare_engines(2);
+        links[1].thread = Some(thread::spawn(|| -> Result<u64, DaemonError> {
+            panic!("an engine's bug")
+        }));
+        let (stop, wake) = (links[0].stop.clone(), links[0].wake.clone());
+        links[0].thread = Some(thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let _ = wake.read();
+            }
+            Ok(7)
+        }));
+        let mut s = supervisor_of(links, 1);
+        // No signal ever comes.
+        let signals = SignalFd::with_flags(&SigSet::empty(), SfdFlags::SFD_CLOEXEC).unwrap();
+        match s.run(&signals) {
+            Err(DaemonError::Engine(e)) => assert_eq!(e, "engine 1 stopped unexpectedly"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.stop(), 7, "engine 0 stopped and joined");
+        assert!(s.engines.iter().all(|e| e.thread.is_none()));
+    }
+
     /// An engine whose queue had room for a new limit but not for its undoing kept the new
     /// burst for good (the client was told the limit is unchanged, and allocations carried
     /// rates only). Every allocation now carries the burst the supervisor holds, so the engine
