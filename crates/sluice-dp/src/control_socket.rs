@@ -24,7 +24,9 @@
 //! `bind(2)`, changes a process-wide setting that other threads (and parallel tests) creating
 //! files at the same moment would silently inherit. An existing socket at the path is probed:
 //! if a daemon answers, binding is refused; if the connection is refused, the stale file is
-//! removed. Anything else at the path is left alone and binding is refused. On close the file is
+//! moved aside into the private directory and removed if it still refuses there (another
+//! daemon may have put its live socket in its place since the probe: that one is put back,
+//! and binding is refused). Anything else at the path is left alone and binding is refused. On close the file is
 //! removed only if it is still the inode we bound, then the directories binding created for it
 //! (mode 0700), each only if empty (also when binding fails).
 //!
@@ -201,9 +203,8 @@ impl ControlSocket {
             _ => PathBuf::from("."),
         };
         let created = CreatedDirs::create(&dir)?;
-        clear_stale(path)?;
-
         let private = PrivateDir::create(&dir)?;
+        clear_stale(path, &private.0.join("stale"))?;
         let tmp = private.0.join("s");
         let listener = private
             .bind()
@@ -308,8 +309,38 @@ pub(crate) fn check_path_len(path: &Path) -> Result<(), ControlSocketError> {
 }
 
 /// Make room at `path`: nothing there, or a stale socket (removed). A live socket or any other
-/// file is an error.
-fn clear_stale(path: &Path) -> Result<(), ControlSocketError> {
+/// file is an error. `aside` is a free name in a private directory on the same filesystem.
+fn clear_stale(path: &Path, aside: &Path) -> Result<(), ControlSocketError> {
+    clear_stale_probed(path, aside, connect_to)
+}
+
+/// Connect to the socket at `path`, through its directory's descriptor in `/proc/self/fd` if
+/// the path is too long for a socket address (the name aside is, for a path near the limit).
+fn connect_to(path: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return UnixStream::connect(path).map(drop);
+    };
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return UnixStream::connect(path).map(drop);
+    }
+    let dir = fs::File::open(parent)?;
+    let short = Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(&dir).to_string())
+        .join(name);
+    UnixStream::connect(short).map(drop)
+}
+
+/// [`clear_stale`], a socket probed with `probe` (connecting to it).
+///
+/// A stale socket is moved aside, probed again there, and removed only if still refusing:
+/// another daemon may have replaced it with its live socket since the first probe (two
+/// daemons starting at once on one path), and removing the path by name removed theirs. A
+/// live one moved aside is put back.
+fn clear_stale_probed(
+    path: &Path,
+    aside: &Path,
+    mut probe: impl FnMut(&Path) -> io::Result<()>,
+) -> Result<(), ControlSocketError> {
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
@@ -320,25 +351,43 @@ fn clear_stale(path: &Path) -> Result<(), ControlSocketError> {
             path: path.to_path_buf(),
         });
     }
-    match UnixStream::connect(path) {
-        Ok(_) => Err(ControlSocketError::InUse {
-            path: path.to_path_buf(),
-        }),
-        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-            tracing::info!(path = %path.display(), "removing a stale control socket");
-            match fs::remove_file(path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(io_err(format!(
-                    "cannot remove the stale socket {}",
-                    path.display()
-                ))(e)),
-            }
-        }
-        Err(e) => Err(io_err(format!(
+    let in_use = || ControlSocketError::InUse {
+        path: path.to_path_buf(),
+    };
+    let probe_err = |e| {
+        io_err(format!(
             "cannot probe the existing socket {}",
             path.display()
-        ))(e)),
+        ))(e)
+    };
+    match probe(path) {
+        Ok(()) => return Err(in_use()),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+        Err(e) => return Err(probe_err(e)),
+    }
+    match fs::rename(path, aside) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(io_err(format!(
+                "cannot remove the stale socket {}",
+                path.display()
+            ))(e));
+        }
+    }
+    let moved = probe(aside);
+    let stale = matches!(&moved, Err(e) if e.kind() == ErrorKind::ConnectionRefused);
+    if stale {
+        tracing::info!(path = %path.display(), "removed a stale control socket");
+    } else {
+        // Not ours to remove: back where it was (unless the path was taken again meanwhile).
+        let _ = fs::hard_link(aside, path);
+    }
+    let _ = fs::remove_file(aside);
+    match moved {
+        _ if stale => Ok(()),
+        Ok(()) => Err(in_use()),
+        Err(e) => Err(probe_err(e)),
     }
 }
 
@@ -461,7 +510,7 @@ fn publish(tmp: &Path, path: &Path) -> Result<(), ControlSocketError> {
         // A filesystem without hard links for sockets: fall back to rename, which would replace
         // a file created in the instant since `clear_stale` (documented race, narrow).
         Err(_) => {
-            clear_stale(path)?;
+            clear_stale(path, &tmp.with_file_name("stale"))?;
             fs::rename(tmp, path).map_err(io_err(format!(
                 "cannot create the socket {}",
                 path.display()
@@ -1185,6 +1234,39 @@ mod tests {
         dp.join().unwrap();
     }
 
+    /// Removing a stale socket removed whatever was at the path by then: another daemon that
+    /// replaced the stale file with its live socket after the probe lost it (two daemons
+    /// starting at once on one path). Now only the file probed is removed: here the probe finds
+    /// the stale file refusing, and another daemon's socket takes its place before the removal.
+    #[test]
+    fn only_the_stale_socket_probed_is_removed() {
+        let dir = TestDir::new("swap");
+        let path = dir.sock();
+        drop(UnixListener::bind(&path).unwrap());
+        let aside = dir.0.join("aside");
+        let mut theirs = None;
+        let err = clear_stale_probed(&path, &aside, |p| {
+            if theirs.is_some() {
+                return UnixStream::connect(p).map(drop);
+            }
+            fs::remove_file(p).unwrap();
+            theirs = Some(UnixListener::bind(p).unwrap());
+            Err(io::Error::from(ErrorKind::ConnectionRefused))
+        })
+        .expect_err("another daemon listens there now");
+        assert!(matches!(err, ControlSocketError::InUse { .. }), "{err}");
+        assert!(
+            UnixStream::connect(&path).is_ok(),
+            "the other daemon's socket was removed"
+        );
+        drop(theirs);
+        // The stale file itself is removed, and nothing is left beside it.
+        clear_stale(&path, &aside).unwrap();
+        assert!(fs::symlink_metadata(&path).is_err());
+        let left: Vec<_> = fs::read_dir(&dir.0).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
     #[test]
     fn the_file_is_removed_on_drop_unless_it_was_replaced() {
         let dir = TestDir::new("drop");
@@ -1337,7 +1419,7 @@ mod tests {
         let path = sub.join("c.sock");
         assert_eq!(path.as_os_str().len(), SUN_PATH_MAX);
         let (handle, _seen, dp) = fake_datapath();
-        let sock = ControlSocket::bind(&path, handle).unwrap();
+        let sock = ControlSocket::bind(&path, handle.clone()).unwrap();
         let reply = request(&path, &Request::Stats {}, PATIENCE).unwrap();
         assert_eq!(reply, Reply::Stats(Box::new(snapshot())));
         // Nothing of the temporary name is left beside it.
@@ -1346,6 +1428,15 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["c.sock"]);
+        sock.close();
+        // A stale socket at that path is replaced (it is probed again where it is moved aside,
+        // a name too long for a socket address).
+        drop(UnixListener::bind(&path).unwrap());
+        let sock = ControlSocket::bind(&path, handle).unwrap();
+        assert!(matches!(
+            request(&path, &Request::Stats {}, PATIENCE),
+            Ok(Reply::Stats(_))
+        ));
         sock.close();
         dp.join().unwrap();
     }
