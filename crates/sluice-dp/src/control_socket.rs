@@ -26,9 +26,9 @@
 //! if a daemon answers, binding is refused; if the connection is refused, the stale file is
 //! moved aside into the private directory and removed if it still refuses there (another
 //! daemon may have put its live socket in its place since the probe: that one is put back,
-//! and binding is refused). Anything else at the path is left alone and binding is refused. On close the file is
-//! removed only if it is still the inode we bound, then the directories binding created for it
-//! (mode 0700), each only if empty (also when binding fails).
+//! and binding is refused). Anything else at the path is left alone and binding is refused.
+//! On close the file is removed only if it is still the inode we bound, then the directories
+//! binding created for it (mode 0700), each only if empty (also when binding fails).
 //!
 //! **Threads.** One accept thread waits in epoll on the listener and a stop eventfd. Each
 //! connection gets its own thread, at most [`MAX_CONNECTIONS`] at once (beyond that a client
