@@ -1665,15 +1665,18 @@ fn setup_undoes_everything_after_a_failing_step() {
     assert!(!netns_exists(&n));
 }
 
+/// Someone else's namespace, made by a test with `ip` and deleted when dropped.
+struct Foreign(String);
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = netns::ip(&["netns", "del", &self.0]);
+    }
+}
+
 #[test]
 fn a_busy_namespace_is_refused_and_left_alone() {
     require_root!();
-    struct Foreign(String);
-    impl Drop for Foreign {
-        fn drop(&mut self) {
-            let _ = netns::ip(&["netns", "del", &self.0]);
-        }
-    }
     let n = ns("sb");
     netns::ip(&["netns", "add", &n]).expect("someone else's namespace");
     let foreign = Foreign(n.clone());
@@ -1703,12 +1706,6 @@ fn a_busy_namespace_is_refused_and_left_alone() {
 #[test]
 fn teardown_leaves_alone_a_namespace_another_made_under_the_name_of_ours() {
     require_root!();
-    struct Foreign(String);
-    impl Drop for Foreign {
-        fn drop(&mut self) {
-            let _ = netns::ip(&["netns", "del", &self.0]);
-        }
-    }
     let n = ns("sr");
     let mut s = Setup::new();
     s.netns(&n).expect("ours");

@@ -12,17 +12,7 @@ impl Scheduler {
     pub fn check(&self) {
         let mut available = vec![0u64; self.nodes.len()];
         for (i, node) in self.nodes.iter().enumerate() {
-            available[i] = match node.mode {
-                Mode::PerPacket => node.queues[0].len() as u64,
-                Mode::PerMember if node.leaf => self
-                    .flows
-                    .flows
-                    .iter()
-                    .filter(|f| f.leaf as usize == i)
-                    .map(|f| u64::from(f.member.available))
-                    .sum(),
-                Mode::PerMember => node.members.iter().map(|m| u64::from(m.available)).sum(),
-            };
+            available[i] = self.entries(i, node);
         }
         for (i, node) in self.nodes.iter().enumerate() {
             if node.leaf || node.mode == Mode::PerMember {
@@ -79,17 +69,7 @@ impl Scheduler {
             let s = node.stats;
             assert!(s.arrived >= s.sent, "node {i}: {s:?}");
             let holds = s.arrived - s.sent;
-            let members = match node.mode {
-                Mode::PerPacket => node.queues[0].len() as u64,
-                Mode::PerMember if node.leaf => self
-                    .flows
-                    .flows
-                    .iter()
-                    .filter(|f| f.leaf as usize == i)
-                    .map(|f| u64::from(f.member.available))
-                    .sum(),
-                Mode::PerMember => node.members.iter().map(|m| u64::from(m.available)).sum(),
-            };
+            let members = self.entries(i, node);
             assert_eq!(
                 members, holds,
                 "node {i}: entries against its counters {s:?}"
@@ -281,6 +261,22 @@ impl Scheduler {
             "shaper items against parked flows and nodes' packets in flight"
         );
         self.flows.check();
+    }
+
+    /// What node `i` holds ready for its parent: its per-packet entries, or the packets its
+    /// members (its flows, at a leaf) have available.
+    fn entries(&self, i: usize, node: &super::Node) -> u64 {
+        match node.mode {
+            Mode::PerPacket => node.queues[0].len() as u64,
+            Mode::PerMember if node.leaf => self
+                .flows
+                .flows
+                .iter()
+                .filter(|f| f.leaf as usize == i)
+                .map(|f| u64::from(f.member.available))
+                .sum(),
+            Mode::PerMember => node.members.iter().map(|m| u64::from(m.available)).sum(),
+        }
     }
 
     fn children_available(&self, i: usize, available: &[u64]) -> u64 {
