@@ -590,7 +590,13 @@ fn run_one(
     dir: &Path,
 ) -> anyhow::Result<Outcome> {
     topo.check_daemon()?;
-    topo.install(shaper, target)?;
+    if let Err(e) = topo.install(shaper, target) {
+        // HTB's qdisc may be in place without its class: the next run's starts clean.
+        return Err(match topo.uninstall() {
+            Ok(()) => e,
+            Err(u) => e.context(format!("and removing it: {u:#}")),
+        });
+    }
     let result = measure_run(topo, shaper, flows, target, plan, dir);
     let removed = topo.uninstall();
     let outcome = result?;
