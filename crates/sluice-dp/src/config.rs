@@ -11,7 +11,7 @@
 //! at_bound = "pause"          # lossless: stop reading until frames leave; "drop": drop, counted
 //! metrics = "127.0.0.1:9464"  # Prometheus text endpoint (omit to disable)
 //! control = "/run/sluice/demo.sock"  # Unix control socket, mode 0600 (omit to disable)
-//! malformed = "drop"          # malformed frames: "drop" (counted) or "default" (default class)
+//! malformed = "drop"          # malformed frames: "drop" (counted) or "default" (no fields)
 //! ecn = "2ms"                 # CoDel target: mark ECN-capable frames CE when a flow's frames
 //!                             #   keep waiting longer than this ("off": never mark)
 //! ecn_interval = "20ms"       # ... for longer than this (about a round-trip time)
@@ -73,7 +73,8 @@ pub enum AtBound {
 pub enum Malformed {
     /// Drop it (counted per reason).
     Drop,
-    /// Forward it in the default class (counted per reason).
+    /// Forward it, classified with no fields (counted per reason): a rule with no condition
+    /// takes it, else the policy's default class.
     Default,
 }
 

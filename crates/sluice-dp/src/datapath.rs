@@ -1032,6 +1032,84 @@ pub(crate) mod tests {
         assert_eq!(sent.lock().unwrap().len(), 1, "frames move meanwhile");
     }
 
+    /// Where the rules send what is not a whole TCP or UDP packet: the fragments of a datagram
+    /// go to one class (no ports, the first fragment included, though it carries them), frames
+    /// that are not IP match only `vlan` rules and rules with no condition, and with
+    /// `malformed = "default"` a malformed frame is classified with no fields at all.
+    #[test]
+    fn fragments_non_ip_and_malformed_frames_are_classified_as_documented() {
+        let ip_flags = VNET_HDR_LEN + 14 + 6;
+        let fragment = |flags: [u8; 2]| {
+            let mut f = tcp_frame(40_000, 100, 1);
+            f[ip_flags..ip_flags + 2].copy_from_slice(&flags);
+            f
+        };
+        let eth = |tags: &[u8], ethertype: [u8; 2], len: usize| {
+            let mut f = vec![0u8; VNET_HDR_LEN];
+            f.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+            f.extend_from_slice(tags);
+            f.extend_from_slice(&ethertype);
+            f.extend(std::iter::repeat_n(0u8, len));
+            f
+        };
+        let frames = vec![
+            tcp_frame(40_000, 100, 1),               // whole: web
+            fragment([0x20, 0]),                     // first fragment: rest (its ports ignored)
+            fragment([0, 9]),                        // later fragment: rest
+            eth(&[], [0x08, 0x06], 28),              // ARP: rest
+            eth(&[0x81, 0, 0, 7], [0x08, 0x06], 28), // ARP in VLAN 7: vid
+            eth(&[], [0x08, 0x00], 10),              // truncated IPv4: rest (no fields)
+        ];
+        let leaf = |name: &str| {
+            format!("\n[[node]]\nname = \"{name}\"\nparent = \"root\"\npolicy = \"fifo\"\n")
+        };
+        let rules =
+            "[[classify]]\nto = \"web\"\ndport = 5201\n\n[[classify]]\nto = \"vid\"\nvlan = 7\n";
+        let base = format!(
+            "[scheduler]\ndefault = \"rest\"\n\n[[node]]\nname = \"root\"\npolicy = \"wfq\"\n{}{}{}{}\n{rules}",
+            leaf("web"),
+            leaf("vid"),
+            leaf("rest"),
+            leaf("all"),
+        );
+        let sent_by_class = |policy: &str| {
+            let (mut dp, sent) = scripted(frames.clone(), policy, 4 << 20);
+            dp.malformed = Malformed::Default;
+            for t in 1..100 {
+                dp.step(t * 1_000_000);
+            }
+            assert_eq!(
+                sent.lock().unwrap().len(),
+                frames.len(),
+                "every frame is sent"
+            );
+            let snap = dp.snapshot(5, 0);
+            assert_eq!(snap.malformed.values().sum::<u64>(), 1);
+            snap.links[0]
+                .classes
+                .iter()
+                .map(|c| (c.name.clone(), c.sent))
+                .filter(|(_, n)| *n > 0)
+                .collect::<Vec<_>>()
+        };
+        let named = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(n, c)| (n.to_string(), *c))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            sent_by_class(&base),
+            named(&[("root", 6), ("web", 1), ("vid", 1), ("rest", 4)])
+        );
+        // A rule with no condition, last, takes what no other rule matched: the fragments,
+        // the untagged ARP frame and the malformed one.
+        let catch_all = format!("{base}\n[[classify]]\nto = \"all\"\n");
+        assert_eq!(
+            sent_by_class(&catch_all),
+            named(&[("root", 6), ("web", 1), ("vid", 1), ("all", 4)])
+        );
+    }
+
     /// The control socket's `set_weight` names a class; the root of a policy with classes
     /// has no weight, and saying so beats changing a child's weight in its place.
     #[test]

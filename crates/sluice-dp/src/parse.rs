@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | L2 | Ethernet II; up to two 802.1Q (`0x8100`) or 802.1ad (`0x88a8`) tags, in any order | 802.3 length frames, LLC/SNAP, MPLS, PPPoE: "not IP" |
 //! | L3 | IPv4 with options and fragments; IPv6 with hop-by-hop, routing, fragment, destination options and AH extension headers | ARP and every other ethertype: "not IP" |
-//! | L4 | TCP (with options), UDP, in an unfragmented packet or a first fragment | later fragments, ESP, ICMP, SCTP, every other protocol: "no ports" |
+//! | L4 | TCP (with options), UDP, in an unfragmented packet or a first fragment (in IPv6, right after its fragment header, where a fragment's chain ends) | later fragments, ESP, ICMP, SCTP, every other protocol: "no ports" |
 //!
 //! Checksums are not verified (offloaded frames carry partial ones). Trailing bytes after the IP
 //! packet (Ethernet padding) are allowed. An IPv4 total length or IPv6 payload length of 0 is
@@ -40,7 +40,9 @@
 //! | `udp_length` | has a UDP length below 8 or beyond the IP payload |
 //!
 //! A first fragment whose TCP or UDP header does not fit is malformed (the tiny-fragment attack of
-//! RFC 1858); its UDP length may exceed the fragment (it covers the whole datagram).
+//! RFC 1858); its UDP length may exceed the fragment (it covers the whole datagram). Every
+//! fragment, the first one included, hands the classifier no ports ([`Parsed::headers`]) and its
+//! flow key leaves them out, so the fragments of a datagram are one flow in one class.
 //!
 //! [`Parsed::flow_key`] hashes the 5-tuple (and VLAN ids) into the scheduler's flow key;
 //! [`wire_bytes`] is what the shaper charges for a frame: for a GSO super-frame, every segment it
@@ -285,13 +287,16 @@ impl Parsed {
             .saturating_add(usize::from(self.l4_len))
     }
 
-    /// The fields classifiers match on.
+    /// The fields classifiers match on. An IP fragment has no ports here, the first one
+    /// included, so that every fragment of a datagram goes to the same class (and a port rule
+    /// matches no fragment), as the flow key leaves them out too.
     pub fn headers(&self) -> Headers {
+        let ports = self.fragment == Fragment::No;
         Headers {
             src: self.src,
             dst: self.dst,
-            sport: self.sport,
-            dport: self.dport,
+            sport: self.sport.filter(|_| ports),
+            dport: self.dport.filter(|_| ports),
             proto: self.proto,
             dscp: self.dscp,
             vlan: self.vlan,
@@ -569,7 +574,7 @@ fn ipv6(l3: &[u8], p: &mut Parsed) -> Result<(), Malformed> {
                 let fo = u16::from_be_bytes([o0, o1]);
                 if fo >> 3 != 0 {
                     p.fragment = Fragment::Later;
-                } else if fo & 1 != 0 && p.fragment == Fragment::No {
+                } else if fo & 1 != 0 {
                     p.fragment = Fragment::First;
                 }
                 (n, 8)
@@ -586,7 +591,10 @@ fn ipv6(l3: &[u8], p: &mut Parsed) -> Result<(), Malformed> {
         }
         off = end;
         nh = after;
-        if p.fragment == Fragment::Later {
+        // A fragment's chain ends at its fragment header, as in Linux's flow dissector: what
+        // follows is the fragmentable part, which only the first fragment carries, so every
+        // fragment of a datagram reports the protocol its fragment header names.
+        if p.fragment != Fragment::No {
             break;
         }
     }
@@ -882,8 +890,10 @@ mod tests {
             (later.proto, later.sport, later.l4_len),
             (Some(17), None, 0)
         );
-        // Both fragments are one flow.
+        // Both fragments are one flow, in one class: neither hands the classifier ports.
         assert_eq!(first.flow_key(), later.flow_key());
+        assert_eq!(first.headers(), later.headers());
+        assert_eq!((first.headers().sport, first.headers().dport), (None, None));
         // A tiny first fragment that cuts the TCP header is malformed.
         let f = F::eth(ETHERTYPE_IPV4)
             .raw(&ipv4(IPPROTO_TCP, 8, 0, 0x2000))
@@ -1033,6 +1043,29 @@ mod tests {
         );
         assert_eq!((later.proto, later.l3_len), (Some(6), 48));
         assert_eq!(first.flow_key(), later.flow_key());
+        assert_eq!(first.headers(), later.headers());
+        // With destination options after the fragment header, the chain still ends at the
+        // fragment header, first fragment or later: both report its next header (60), where
+        // the first used to read on to TCP (6) and became another flow in another class.
+        let opts = [IPPROTO_TCP, 0, 0, 0, 0, 0, 0, 0];
+        let frame = |offset: u8| {
+            let frag = [IPV6_DSTOPTS, 0, 0, offset << 3 | 1, 0, 0, 0, 42];
+            F::eth(ETHERTYPE_IPV6)
+                .raw(&ipv6(IPV6_FRAGMENT, (16 + seg.len()) as u16))
+                .raw(&frag)
+                .raw(&opts)
+                .raw(&seg)
+        };
+        let (first, later) = (ok(&frame(0).0), ok(&frame(15).0));
+        assert_eq!(
+            (first.fragment, later.fragment),
+            (Fragment::First, Fragment::Later)
+        );
+        for p in [&first, &later] {
+            assert_eq!((p.proto, p.l3_len, p.sport), (Some(IPV6_DSTOPTS), 48, None));
+        }
+        assert_eq!(first.flow_key(), later.flow_key());
+        assert_eq!(first.headers(), later.headers());
         // ESP and "no next header" stop the chain; ICMPv6 has no ports.
         for proto in [50, 59, 58] {
             let f = F::eth(ETHERTYPE_IPV6).raw(&ipv6(proto, 4)).raw(&[0; 4]);

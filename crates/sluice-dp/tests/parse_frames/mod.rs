@@ -270,17 +270,24 @@ impl Frame {
                 p.dscp = Some(tclass >> 2);
                 p.l3_len = 40;
                 p.proto = Some(l4.proto());
+                // The chain ends at the first fragment header of a fragment (not an atomic
+                // one); a first fragment has ports if its L4 header comes right after it.
+                let mut ports = true;
                 for (i, e) in exts.iter().enumerate() {
                     p.l3_len += e.len() as u16;
-                    match *e {
-                        Ext::Fragment { offset, .. } if offset & 0x1fff != 0 => {
-                            p.fragment = Fragment::Later;
-                            p.proto = Some(exts.get(i + 1).map_or(l4.proto(), Ext::code));
-                            break;
-                        }
-                        Ext::Fragment { more: true, .. } => p.fragment = Fragment::First,
-                        _ => {}
+                    if let Ext::Fragment { offset, more } = *e {
+                        p.fragment = match (offset & 0x1fff, more) {
+                            (0, false) => continue,
+                            (0, true) => Fragment::First,
+                            _ => Fragment::Later,
+                        };
+                        ports = i + 1 == exts.len();
+                        p.proto = Some(exts.get(i + 1).map_or(l4.proto(), Ext::code));
+                        break;
                     }
+                }
+                if !ports {
+                    return p;
                 }
                 l4
             }
