@@ -501,7 +501,13 @@ impl TreeBuilder {
                 )));
             }
         }
-        for r in &self.rules {
+        for (i, r) in self.rules.iter().enumerate() {
+            if let Some(e) = r.all.iter().find_map(|m| m.check().err()) {
+                return Err(BuildError::Invalid(format!(
+                    "classifier rule {}: {e}",
+                    i + 1
+                )));
+            }
             if r.leaf as usize >= n || !children[r.leaf as usize].is_empty() {
                 let name = self
                     .specs
@@ -1071,6 +1077,65 @@ mod tests {
         let root = b.root(NodeSpec::new("root", PolicyKind::Fifo));
         b.default_leaf(root);
         assert!(matches!(b.build(), Err(BuildError::Invalid(e)) if e.contains("2 slots")));
+    }
+
+    /// A rule built in code is held to what a policy file's parser checks: out of range, it
+    /// would match nothing (a DSCP of 64, a VLAN id of 4096, an empty port range), or another
+    /// prefix than the one written (host bits set, a v4 prefix longer than /32).
+    #[test]
+    fn a_rule_that_could_never_hold_as_written_is_refused() {
+        use crate::classify::Match;
+        use std::net::IpAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let build = |m: Match| {
+            let mut b = TreeBuilder::new(SchedConfig::default());
+            let root = b.root(NodeSpec::new("leaf", PolicyKind::Fifo));
+            b.rule(vec![Match::Proto(6), m], root);
+            b.build().map(|_| ())
+        };
+        for (m, why) in [
+            (Match::Dscp(64), "dscp=64: a DSCP is 0..=63"),
+            (Match::Vlan(4096), "vlan=4096: a VLAN id is 0..=4095"),
+            (Match::Sport(9, 8), "sport=9-8: the range is empty"),
+            (Match::Dport(2, 1), "dport=2-1: the range is empty"),
+            (
+                Match::Src(ip("10.1.0.0"), 8),
+                "src=10.1.0.0/8: host bits are set after /8",
+            ),
+            (
+                Match::Dst(ip("fd00::1"), 64),
+                "dst=fd00::1/64: host bits are set after /64",
+            ),
+            (
+                Match::Src(ip("10.0.0.1"), 33),
+                "a prefix of 32-bit addresses is at most /32",
+            ),
+            (
+                Match::Dst(ip("::"), 129),
+                "a prefix of 128-bit addresses is at most /128",
+            ),
+        ] {
+            match build(m) {
+                Err(BuildError::Invalid(e)) => {
+                    assert!(
+                        e.starts_with("classifier rule 1: ") && e.ends_with(why),
+                        "{e}"
+                    )
+                }
+                other => panic!("{m}: {other:?}"),
+            }
+        }
+        for m in [
+            Match::Dscp(63),
+            Match::Vlan(4095),
+            Match::Sport(8, 8),
+            Match::Src(ip("10.0.0.0"), 8),
+            Match::Src(ip("10.0.0.1"), 32),
+            Match::Dst(ip("0.0.0.0"), 0),
+            Match::Dst(ip("fd00::1"), 128),
+        ] {
+            assert!(build(m).is_ok(), "{m}");
+        }
     }
 
     #[test]

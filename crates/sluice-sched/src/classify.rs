@@ -6,7 +6,7 @@ use crate::packet::Packet;
 use std::net::IpAddr;
 
 /// One condition on a packet.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Match {
     /// The class id the host gave.
     Class(u32),
@@ -44,6 +44,14 @@ fn in_prefix(addr: Option<IpAddr>, net: IpAddr, len: u8) -> bool {
     }
 }
 
+/// Whether `net` has no bit set after its first `len` (at most its width).
+fn network_only(net: IpAddr, len: u8) -> bool {
+    match net {
+        IpAddr::V4(a) => u32::from(a).checked_shl(u32::from(len)).unwrap_or(0) == 0,
+        IpAddr::V6(a) => u128::from(a).checked_shl(u32::from(len)).unwrap_or(0) == 0,
+    }
+}
+
 impl std::fmt::Display for Match {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -62,6 +70,34 @@ impl std::fmt::Display for Match {
 }
 
 impl Match {
+    /// Whether the condition can hold as written: a DSCP in 0..=63, a VLAN id in 0..=4095, a
+    /// prefix no longer than its address with its host bits zero, a port range not empty.
+    /// The policy-file parser checks these with the file's line; this is for rules built in
+    /// code, which would otherwise match nothing (or a prefix other than the one written).
+    pub fn check(&self) -> Result<(), String> {
+        let prefix = |net: IpAddr, len: u8| {
+            let bits = if net.is_ipv4() { 32 } else { 128 };
+            if u32::from(len) > bits {
+                return Err(format!(
+                    "{self}: a prefix of {bits}-bit addresses is at most /{bits}"
+                ));
+            }
+            if !network_only(net, len) {
+                return Err(format!("{self}: host bits are set after /{len}"));
+            }
+            Ok(())
+        };
+        match *self {
+            Match::Dscp(d) if d > 63 => Err(format!("{self}: a DSCP is 0..=63")),
+            Match::Vlan(v) if v > 4095 => Err(format!("{self}: a VLAN id is 0..=4095")),
+            Match::Src(net, len) | Match::Dst(net, len) => prefix(net, len),
+            Match::Sport(lo, hi) | Match::Dport(lo, hi) if lo > hi => {
+                Err(format!("{self}: the range is empty"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether `p` satisfies this condition.
     pub fn holds(&self, p: &Packet) -> bool {
         let h = &p.headers;
@@ -316,6 +352,22 @@ mod tests {
             },
             ..Packet::default()
         }
+    }
+
+    /// A prefix matches addresses of its own family only, as docs/policy-files.md says: an
+    /// IPv4-mapped IPv6 address is an IPv6 address here.
+    #[test]
+    fn a_prefix_matches_its_own_family_only() {
+        let v4: IpAddr = "10.0.0.0".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.0".parse().unwrap();
+        assert!(Match::Dst(v4, 8).holds(&pkt(0, 0, "10.1.2.3")));
+        assert!(!Match::Dst(v4, 8).holds(&pkt(0, 0, "::ffff:10.1.2.3")));
+        assert!(Match::Dst(mapped, 104).holds(&pkt(0, 0, "::ffff:10.1.2.3")));
+        assert!(!Match::Dst(mapped, 104).holds(&pkt(0, 0, "10.1.2.3")));
+        // Even the prefix of length 0: every address of its family, none of the other.
+        let any: IpAddr = "0.0.0.0".parse().unwrap();
+        assert!(Match::Dst(any, 0).holds(&pkt(0, 0, "192.0.2.1")));
+        assert!(!Match::Dst(any, 0).holds(&pkt(0, 0, "fd00::1")));
     }
 
     #[test]
