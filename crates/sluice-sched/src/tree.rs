@@ -1065,6 +1065,26 @@ impl Scheduler {
             .count()
     }
 
+    /// How many classifier rules ask for the ports of a protocol other than TCP and UDP
+    /// (SCTP, DCCP, UDP-Lite): a host may fill those in, but the daemon reads the ports of
+    /// TCP and UDP only, so there these rules match no packet.
+    pub fn port_rules_beyond_tcp_udp(&self) -> usize {
+        self.classifier
+            .rules
+            .iter()
+            .filter(|r| {
+                let ports = r
+                    .all
+                    .iter()
+                    .any(|m| matches!(m, Match::Sport(..) | Match::Dport(..)));
+                ports
+                    && r.all
+                        .iter()
+                        .any(|m| matches!(m, Match::Proto(p) if *p != 6 && *p != 17))
+            })
+            .count()
+    }
+
     /// When the flow `key` in `leaf` could release a packet through its own gate (its pacing
     /// rate) after those it holds, if it has one: the gate's last timestamp, moved on by the
     /// packets that wait at the gate unstamped (behind the one in the shaper, or for one of

@@ -166,7 +166,7 @@ fn schedulers(cfg: &Config) -> Result<Vec<Scheduler>, DaemonError> {
                 None => sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)"),
             }
             .inspect(|s| {
-                if let Some(w) = class_rule_warning(s) {
+                for w in rule_warnings(s) {
                     tracing::warn!(link = %link, "{w}");
                 }
             })
@@ -175,17 +175,25 @@ fn schedulers(cfg: &Config) -> Result<Vec<Scheduler>, DaemonError> {
         .collect()
 }
 
-/// The warning for a policy whose classifier tests class ids: the daemon classifies the
-/// frames it parses and gives them none, so those rules match no packet (docs/policy-files.md).
-fn class_rule_warning(s: &Scheduler) -> Option<String> {
-    match s.class_rules() {
-        0 => None,
-        n => Some(format!(
+/// The warnings for a policy with rules that match no frame the daemon reads
+/// (docs/policy-files.md): rules on class ids, which the daemon gives no packet, and rules on
+/// the ports of a protocol other than TCP and UDP, whose ports it does not read.
+fn rule_warnings(s: &Scheduler) -> Vec<String> {
+    let mut out = Vec::new();
+    if let n @ 1.. = s.class_rules() {
+        out.push(format!(
             "{n} classify rule(s) test a class id, which the daemon gives no packet: they match \
              none (their packets go to the default, or are rejected as no_class); classify by \
              dscp, vlan, proto, addresses or ports"
-        )),
+        ));
     }
+    if let n @ 1.. = s.port_rules_beyond_tcp_udp() {
+        out.push(format!(
+            "{n} classify rule(s) test the ports of a protocol other than tcp and udp, whose \
+             ports the daemon does not read: they match no packet"
+        ));
+    }
+    out
 }
 
 /// Check `cfg` without creating anything: every policy builds, every `af_packet` interface
@@ -660,15 +668,38 @@ mod tests {
         sluice_sched::config::build_file(&path).unwrap()
     }
 
-    /// A policy that classifies by class id (which the daemon never sets) is warned of, with
-    /// the number of such rules; one that classifies by what a frame carries is not.
+    /// A policy that classifies by class id (which the daemon never sets), or by the ports of
+    /// a protocol whose ports it does not read, is warned of, with the number of such rules;
+    /// one that classifies by what a frame carries is not.
     #[test]
-    fn policies_with_class_rules_are_warned_of() {
-        let w = class_rule_warning(&example("eiffel-fig47.toml")).unwrap();
-        assert!(w.starts_with("4 classify rule(s) test a class id"), "{w}");
-        assert!(class_rule_warning(&example("three-classes.toml")).is_none());
+    fn policies_with_rules_the_daemon_cannot_match_are_warned_of() {
+        let w = rule_warnings(&example("eiffel-fig47.toml"));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("4 classify rule(s) test a class id"),
+            "{w:?}"
+        );
+        assert!(rule_warnings(&example("three-classes.toml")).is_empty());
         let fifo = sluice_sched::config::build_str(FIFO_POLICY, "(built-in fifo)").unwrap();
-        assert!(class_rule_warning(&fifo).is_none());
+        assert!(rule_warnings(&fifo).is_empty());
+        let rules = |body: &str| {
+            let text = format!("{FIFO_POLICY}\n[[classify]]\nto = \"fifo\"\n{body}");
+            rule_warnings(&sluice_sched::config::build_str(&text, "p.toml").unwrap())
+        };
+        let w = rules("proto = 132\ndport = 9\n");
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("1 classify rule(s) test the ports of a protocol other"),
+            "{w:?}"
+        );
+        for fine in [
+            "proto = \"tcp\"\ndport = 9\n",
+            "proto = 17\nsport = 9\n",
+            "dport = 9\n",
+            "proto = 132\n",
+        ] {
+            assert!(rules(fine).is_empty(), "{fine}");
+        }
     }
 
     /// `--check` refuses an interface two ports name (two sockets on one interface would each
