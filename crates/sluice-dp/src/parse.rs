@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | L2 | Ethernet II; up to two 802.1Q (`0x8100`) or 802.1ad (`0x88a8`) tags, in any order | 802.3 length frames, LLC/SNAP, MPLS, PPPoE: "not IP" |
 //! | L3 | IPv4 with options and fragments; IPv6 with hop-by-hop, routing, fragment, destination options and AH extension headers | ARP and every other ethertype: "not IP" |
-//! | L4 | TCP (with options), UDP, in an unfragmented packet or a first fragment (in IPv6, right after its fragment header, where a fragment's chain ends) | later fragments, ESP, ICMP, SCTP, every other protocol: "no ports" |
+//! | L4 | TCP (with options), UDP, in an unfragmented packet or a first fragment (in IPv6, right after its fragment header, where a fragment's chain ends) | later fragments, ESP, ICMP, SCTP, IPv4's AH (the protocol is AH's), every other protocol: "no ports" |
 //!
 //! Checksums are not verified (offloaded frames carry partial ones). Trailing bytes after the IP
 //! packet (Ethernet padding) are allowed. An IPv4 total length or IPv6 payload length of 0 is
@@ -867,6 +867,17 @@ mod tests {
             (Some(1), None, None, 0)
         );
         assert_eq!(p.header_len(), 34);
+        // AH (51) over IPv4 is not read through, as IPv6's AH header is: TCP behind it
+        // gives no ports, and the protocol is AH's.
+        let seg = tcp(1, 2, 0, 0);
+        let mut ah = vec![IPPROTO_TCP, 4, 0, 0];
+        ah.resize(24, 0);
+        let f = F::eth(ETHERTYPE_IPV4)
+            .raw(&ipv4(51, ah.len() + seg.len(), 0, 0))
+            .raw(&ah)
+            .raw(&seg);
+        let p = ok(&f.0);
+        assert_eq!((p.proto, p.sport, p.l4_len), (Some(51), None, 0));
     }
 
     #[test]
