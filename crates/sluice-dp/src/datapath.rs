@@ -717,6 +717,15 @@ impl Datapath {
         let sched = self.links[l].pipeline.scheduler_mut();
         if !sched.set_weight(n, weight) {
             let Some(parent) = sched.parent(n) else {
+                // A root with no children is the policy's one leaf: the weight is its flows',
+                // and only its own policy can make it count.
+                if sched.node_count() == 1 {
+                    return Err(format!(
+                        "`{node}` is the one leaf of its policy and does not share its flows \
+                         by weight (its policy is {}); weights count under wfq, hclock and htb",
+                        sched.node_policy(n)
+                    ));
+                }
                 return Err(format!(
                     "`{node}` is the root of its policy: it has no parent to be weighed in"
                 ));
@@ -1130,6 +1139,32 @@ pub(crate) mod tests {
             err.contains("parent `root` does not share by weight"),
             "{err}"
         );
+    }
+
+    /// A policy of one leaf weighs its flows (docs/daemon.md): under `wfq` its weight
+    /// changes, under a policy that does not share by weight (`fifo`, the policy of a link
+    /// without a policy file, or `drr`) the refusal said "`fifo` is the root of its policy: it
+    /// has no parent to be weighed in", which holds of a root with classes, not of a leaf
+    /// whose weight would count under another policy. Now it names the policy.
+    #[test]
+    fn set_weight_on_a_policy_of_one_leaf_says_why_it_is_refused() {
+        let one = |policy: &str| {
+            format!(
+                "[scheduler]\ndefault = \"q\"\n\n[[node]]\nname = \"q\"\npolicy = \"{policy}\"\n"
+            )
+        };
+        let (mut dp, _) = scripted(Vec::new(), &one("wfq"), 4 << 20);
+        assert_eq!(dp.set_weight("a", "q", 4), Ok(()));
+        for policy in ["fifo", "drr"] {
+            let (mut dp, _) = scripted(Vec::new(), &one(policy), 4 << 20);
+            let err = dp.set_weight("a", "q", 4).unwrap_err();
+            assert!(!err.contains("no parent"), "{policy}: {err}");
+            assert!(
+                err.contains(&format!("its policy is {policy}"))
+                    && err.contains("weights count under wfq, hclock and htb"),
+                "{policy}: {err}"
+            );
+        }
     }
 
     #[test]
