@@ -22,7 +22,7 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use sluice_sched::NodeId;
-use sluice_sched::units::{Rate, UnitError, parse_size};
+use sluice_sched::units::{NOT_WHOLE_BYTES, Rate, UnitError, parse_size};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -371,8 +371,9 @@ pub fn parse_burst(text: &str) -> Result<u64, String> {
     match parse_size(text) {
         Ok(bytes) if bytes <= max => Ok(bytes),
         Ok(_) => Err(out_of_range()),
-        // A negative size or one past 2^63 bytes is out of this range too.
-        Err(UnitError::OutOfRange { .. }) => Err(out_of_range()),
+        // A negative size or one past 2^63 bytes is out of this range too; a fraction of a
+        // byte (`1.5B`) is not, and is told so.
+        Err(UnitError::OutOfRange { why, .. }) if why != NOT_WHOLE_BYTES => Err(out_of_range()),
         Err(e) => Err(format!("burst \"{text}\": {e}")),
     }
 }
@@ -390,6 +391,20 @@ mod burst_tests {
             assert!(
                 e.contains("out of range") && e.contains("0..=4294967295"),
                 "{e}"
+            );
+        }
+    }
+
+    /// A burst of a fraction of a byte was refused as "out of range; expected
+    /// 0..=4294967295 bytes", which `0.5B` is not: a policy file says what is wrong with it.
+    #[test]
+    fn a_burst_that_is_not_whole_bytes_is_refused_for_that() {
+        assert_eq!(parse_burst("1.5KB"), Ok(1_500));
+        for part in ["1.5B", "0.5B", "1.0001KB"] {
+            let e = parse_burst(part).unwrap_err();
+            assert!(
+                e.contains("whole number of bytes") && !e.contains("0..="),
+                "{part}: {e}"
             );
         }
     }
