@@ -13,10 +13,10 @@
 //! engines' snapshots merged ([`Snapshot::merge`]); a weight change goes to every engine; a
 //! rate change of an aggregate changes the allocator's total and is shared out at once, each
 //! engine given its share (with the new burst, if any, in the same message: no engine runs at
-//! the whole rate); a change with a burst that an engine does not take in time is undone in
-//! every engine, and the request fails. A request goes to every engine at once, and the
-//! supervisor waits for their replies until one deadline, its caller's or 2 s from now if
-//! sooner: it never waits for an answer its caller no longer waits for.
+//! the whole rate); a change, with a burst or without, that an engine does not take in time
+//! is undone in every engine, and the request fails. A request goes to every engine at once,
+//! and the supervisor waits for their replies until one deadline, its caller's or 2 s from
+//! now if sooner: it never waits for an answer its caller no longer waits for.
 
 use super::engine::{Internal, parse_burst, parse_rate};
 use super::{DaemonError, now_ns, read_signal, sys};
@@ -307,19 +307,18 @@ impl Supervisor {
         // 10 Mbit/s class ran at 169 with the huge burst of a request refused.)
         let before = self.nba.total(a);
         self.nba.set_rate(a, rate).map_err(|e| e.to_string())?;
-        match burst {
-            None => self.install_allocation(),
-            Some(burst) => {
-                if let Err(e) = self.install_limit(a, burst, deadline) {
-                    // The engines that took it are given back what they had (after it, in
-                    // order, also in one that takes it late).
-                    let _ = self.nba.set_rate(a, before);
-                    let _ = self.install_limit(a, self.aggregates[a].burst, Instant::now());
-                    return Err(e);
-                }
-                self.aggregates[a].burst = burst;
-            }
+        // Without a burst the class keeps its own, installed with the new shares all the same
+        // and waited for: sent without waiting, a rate was acknowledged that an engine with a
+        // full queue never got.
+        let burst = burst.unwrap_or(self.aggregates[a].burst);
+        if let Err(e) = self.install_limit(a, burst, deadline) {
+            // The engines that took it are given back what they had (after it, in order, also
+            // in one that takes it late).
+            let _ = self.nba.set_rate(a, before);
+            let _ = self.install_limit(a, self.aggregates[a].burst, Instant::now());
+            return Err(e);
         }
+        self.aggregates[a].burst = burst;
         Ok(())
     }
 
@@ -756,6 +755,44 @@ mod partial_tests {
         }
         assert_eq!(s.stop(), 7, "engine 0 stopped and joined");
         assert!(s.engines.iter().all(|e| e.thread.is_none()));
+    }
+
+    /// A rate changed without a burst was sent to the engines without waiting for them and
+    /// acknowledged: an engine whose queue was full never got its share of the new rate (it
+    /// ran at its share of the old one until an allocation reached it), though the client read
+    /// ok. Now it is installed as a change with a burst is (the class's own burst), waited for,
+    /// and undone in every engine if one does not take it.
+    #[test]
+    fn a_new_rate_without_a_burst_an_engine_cannot_take_is_refused_and_undone() {
+        use super::super::engine::tests::{GOLD_BURST, set_rate};
+        use sluice_sched::units::Rate;
+        let (links, mut bare) = bare_engines(2);
+        let mut s = supervisor_of(links, 1);
+        let e1 = bare.pop().unwrap();
+        let e0 = bare.pop().unwrap();
+        // Engine 1 is stalled: its queue is full.
+        while s.engines[1].send(Internal::Rates(Vec::new())) {}
+        let served = thread::spawn(move || e0.record());
+        let before: Vec<Rate> = (0..2).map(|e| s.nba.rate(e, 0)).collect();
+        let reply = s.answer(
+            set_rate("300Mbit", None),
+            Instant::now() + Duration::from_secs(60),
+        );
+        assert!(
+            matches!(&reply, Reply::Error(e) if e.starts_with("engine 1 ")
+                && e.ends_with("the limit is unchanged")),
+            "engine 1 never got the new rate, yet the client reads {reply:?}"
+        );
+        assert_eq!(s.nba.total(0), Rate::mbit(100));
+        drop(s);
+        // Engine 0 took the new share, then was given its old one back, with the burst.
+        let given = served.join().unwrap();
+        assert_eq!(
+            given.last(),
+            Some(&(before[0], Some(GOLD_BURST))),
+            "{given:?}"
+        );
+        drop(e1);
     }
 
     /// An engine whose queue had room for a new limit but not for its undoing kept the new
