@@ -99,6 +99,36 @@ pub fn prepare_out(dir: &Path, flag: &str) -> anyhow::Result<()> {
     std::fs::remove_file(&probe).map_err(fail)
 }
 
+/// [`prepare_out`], then make sure each of `files` (names in `dir`) can be replaced: one that
+/// exists must be a regular file this process may write (opened for writing, not truncated),
+/// so that a directory or a read-only file in the way fails the run before its measurements
+/// instead of after them.
+pub fn prepare_out_files(dir: &Path, flag: &str, files: &[&str]) -> anyhow::Result<()> {
+    prepare_out(dir, flag)?;
+    for name in files {
+        let path = dir.join(name);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue; // not there: the probe showed that the directory takes new files
+        };
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            anyhow::bail!(
+                "{flag} {}: {what}, where the report writes a file; move it or choose another {flag}",
+                path.display()
+            );
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// One line of a plot: a label and its (x, y) points.
 pub struct Series {
     /// Legend label.

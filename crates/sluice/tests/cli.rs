@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_rejected, scratch_dir, sluice_ok};
+use common::{assert_rejected, scratch_dir, sluice, sluice_ok};
 
 #[test]
 fn bench_queues_json_lines_have_the_exact_shape_and_every_structure() {
@@ -208,4 +208,84 @@ fn a_closed_stdout_ends_the_output_quietly() {
 /// SIGPIPE's number, which is 13 on every Linux architecture.
 fn libc_sigpipe() -> i32 {
     nix::sys::signal::Signal::SIGPIPE as i32
+}
+
+/// A report's output file that cannot be written (here a directory where the plot goes) fails
+/// the run before anything is measured, as an unusable `--out` does: it failed after every
+/// measurement (10-12 minutes for a full run), with the CSV of the new run beside no plot.
+#[test]
+fn an_output_file_that_cannot_be_written_fails_before_anything_is_measured() {
+    let bench = |dir: &std::path::Path, args: &[&str]| {
+        let mut all = vec!["bench"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--json", "--repeats", "1", "--out", dir.to_str().unwrap()]);
+        sluice(&all)
+    };
+    for (name, args, files) in [
+        (
+            "queues",
+            &["queues", "--n", "100", "--ops", "100", "--structure", "ffs"][..],
+            &["bench-queues.csv", "bench-queues.svg"][..],
+        ),
+        (
+            "sched",
+            &[
+                "sched",
+                "--flows",
+                "10",
+                "--packets",
+                "100",
+                "--case",
+                "pfabric",
+            ][..],
+            &["bench-sched.csv", "bench-sched.svg"][..],
+        ),
+        (
+            "flow",
+            &[
+                "flow",
+                "--case",
+                "admission",
+                "--flows",
+                "10",
+                "--packets",
+                "100",
+            ][..],
+            &["bench-flow.csv", "bench-flow.svg"][..],
+        ),
+    ] {
+        for blocked in files {
+            let dir = scratch_dir(&format!("out-file-{name}"));
+            std::fs::create_dir_all(dir.join(blocked)).unwrap();
+            let run = bench(&dir, args);
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(!run.status.success(), "{name} {blocked}: {err}");
+            // Nothing measured, nothing printed or written; the error names the file.
+            assert!(
+                run.stdout.is_empty(),
+                "{name} {blocked}: {}",
+                String::from_utf8_lossy(&run.stdout)
+            );
+            assert!(
+                err.contains(&format!("--out {}", dir.join(blocked).display())),
+                "{name} {blocked}: {err}"
+            );
+            let left: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, [*blocked], "{name}");
+            std::fs::remove_dir_all(dir).ok();
+        }
+    }
+    // A memory run writes neither of those two files, so they do not stand in its way.
+    let dir = scratch_dir("out-file-memory");
+    std::fs::create_dir_all(dir.join("bench-flow.svg")).unwrap();
+    let run = bench(&dir, &["flow", "--case", "memory", "--quick"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::remove_dir_all(dir).ok();
 }

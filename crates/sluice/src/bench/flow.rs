@@ -769,7 +769,6 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
     }
     no_duplicates(&queue_counts, "--queues")?;
     no_duplicates(&flow_counts, "--flows")?;
-    report::prepare_out(&args.out, "--out")?;
     let packets = args
         .packets
         .unwrap_or(if args.quick { 100_000 } else { 1_000_000 });
@@ -780,6 +779,15 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
         .filter(|c| matches!(c, Case::Doorbell | Case::PollAll))
         .collect();
     let admission = cases.contains(&Case::Admission);
+    // The files this run writes (see the end of this function).
+    let mut files = Vec::new();
+    if !engines.is_empty() || admission {
+        files.extend(["bench-flow.csv", "bench-flow.svg"]);
+    }
+    if cases.contains(&Case::Memory) {
+        files.push("bench-flow-memory.csv");
+    }
+    report::prepare_out_files(&args.out, "--out", &files)?;
 
     // Memory first, while the allocator has freed little (so reservations show in VmData).
     let memory = if cases.contains(&Case::Memory) {

@@ -249,7 +249,11 @@ pub fn run(args: &QueuesArgs) -> anyhow::Result<()> {
     if let Some(&n) = ns.iter().find(|&&n| n > MAX_N) {
         bail!("--n {n} is more than the {MAX_N} supported");
     }
-    report::prepare_out(&args.out, "--out")?;
+    report::prepare_out_files(
+        &args.out,
+        "--out",
+        &["bench-queues.csv", "bench-queues.svg"],
+    )?;
     let ops = args
         .ops
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 });

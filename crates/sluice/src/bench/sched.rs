@@ -215,7 +215,7 @@ pub fn run(args: &SchedArgs) -> anyhow::Result<()> {
         bail!("--flows {n} is more than the {MAX_FLOWS} supported");
     }
     no_duplicates(&flow_counts, "--flows")?;
-    report::prepare_out(&args.out, "--out")?;
+    report::prepare_out_files(&args.out, "--out", &["bench-sched.csv", "bench-sched.svg"])?;
     let packets = args
         .packets
         .unwrap_or(if args.quick { 200_000 } else { 1_000_000 }) as u64;
