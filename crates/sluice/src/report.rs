@@ -133,7 +133,7 @@ pub fn prepare_out_files(dir: &Path, flag: &str, files: &[&str]) -> anyhow::Resu
 pub struct Series {
     /// Legend label.
     pub label: String,
-    /// Points, x ascending.
+    /// Points, in any order (a line joins them in x order).
     pub points: Vec<(f64, f64)>,
 }
 
@@ -189,11 +189,11 @@ pub fn plot_loglog(
             .map_err(|e| fail(&e))?;
         for (i, s) in panel.series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
+            // A line joins its points left to right, whatever order the sizes were given in.
+            let mut points = s.points.clone();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
-                .draw_series(LineSeries::new(
-                    s.points.iter().copied(),
-                    color.stroke_width(2),
-                ))
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| fail(&e))?
                 .label(s.label.clone())
                 .legend(move |(x, y)| {
@@ -318,6 +318,37 @@ mod tests {
             "state,n\n\"record (admission, queue)\",1\n\"a \"\"quoted\"\" word\",2\n\
              \"two\nlines\",\nplain,3.5\n"
         );
+    }
+
+    /// Sizes given out of order (`--n 1e4,100,1e3`) keep the tables in that order, but a plot
+    /// line joins its points in x order: it went back and forth across the panel.
+    #[test]
+    fn plot_lines_join_their_points_in_x_order() {
+        let dir = std::env::temp_dir().join(format!("sluice-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg = dir.join("plot.svg");
+        let panel = Panel {
+            title: "t".into(),
+            series: vec![Series {
+                label: "s".into(),
+                points: vec![(1e4, 30.0), (100.0, 10.0), (1e3, 20.0)],
+            }],
+        };
+        plot_loglog(&svg, &[panel], "x", "y").unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The series' line: the only polyline of stroke width 2 with three points.
+        let line = text
+            .lines()
+            .filter(|l| l.contains("<polyline") && l.contains("stroke-width=\"2\""))
+            .filter_map(|l| l.split("points=\"").nth(1)?.split('"').next())
+            .find(|p| p.split_whitespace().count() == 3)
+            .unwrap_or_else(|| panic!("no line of three points in {text}"));
+        let xs: Vec<i64> = line
+            .split_whitespace()
+            .map(|xy| xy.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(xs.windows(2).all(|w| w[0] < w[1]), "{line}");
     }
 
     #[test]
