@@ -227,6 +227,28 @@ fn refuse_taken(names: &[String], exists: impl Fn(&str) -> bool) -> anyhow::Resu
     Ok(())
 }
 
+/// What to do when the scratch directory cannot be made or written.
+const SCRATCH_HINT: &str = "(set TMPDIR to a writable directory with room)";
+
+/// Create the demo's scratch directory `dir`, private to this user (mode 0700), and refuse
+/// one that exists already. It is in the temporary directory, world-writable, under a name
+/// anyone can guess: a directory made there in advance may be someone else's, who could change
+/// the daemon's configuration in it before the daemon (as root) reads it, and the demo removes
+/// its scratch directory when it ends. (Those of earlier demos whose process is gone were
+/// removed already: [`report_leftovers`].)
+fn make_scratch(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => bail!(
+            "{} already exists, and the demo did not make it (its name has this demo's process \
+             id); it is left alone: check it and remove it, or set TMPDIR to another directory",
+            dir.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot create {} {SCRATCH_HINT}", dir.display())),
+    }
+}
+
 /// Wait until the daemon answers on its control socket.
 fn wait_ready(lab: &mut Lab, socket: &Path) -> anyhow::Result<Snapshot> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -262,15 +284,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     // demo ends: never someone else's.
     refuse_taken(&netns, sluice_dp::netns::netns_exists)?;
     let dir = std::env::temp_dir().join(format!("sluice-demo-{pid}"));
-    let hint = "(set TMPDIR to a writable directory with room)";
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create {} {hint}", dir.display()))?;
+    make_scratch(&dir)?;
     let mut lab = Lab {
         dir: dir.clone(),
         daemon: None,
         iperf: Vec::new(),
         netns: netns.clone(),
     };
+    let hint = SCRATCH_HINT;
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text)
@@ -513,5 +534,37 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("`ip netns del sldemo77b`"), "{err}");
+    }
+
+    /// The scratch directory is in a world-writable place, under a name anyone can guess
+    /// (the process id). One made in advance by someone else was used as it was: the demo,
+    /// as root, wrote the daemon's configuration into a directory another user could change it
+    /// in before the daemon read it, and removed that directory at the end. Now a directory
+    /// of that name is refused and left alone, and the demo's own is private to it.
+    #[test]
+    fn a_scratch_directory_that_exists_already_is_refused_and_left_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("sluice-demo-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let theirs = base.join("taken");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("daemon.toml"), "theirs").unwrap();
+        let err = make_scratch(&theirs).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("{} already exists", theirs.display())),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(theirs.join("daemon.toml")).unwrap(),
+            "theirs"
+        );
+        let ours = base.join("ours");
+        make_scratch(&ours).unwrap();
+        let mode = std::fs::metadata(&ours).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        let missing = base.join("no-such-dir").join("sluice-demo-1");
+        let err = make_scratch(&missing).unwrap_err().to_string();
+        assert!(err.contains("set TMPDIR"), "{err}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
