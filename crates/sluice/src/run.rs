@@ -2,7 +2,7 @@
 //! structured logs on stderr.
 
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -51,19 +51,30 @@ pub fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
     installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
 }
 
+/// What `--check` prints for a configuration file that passed, its mode spelled as the
+/// file's `[daemon] mode` is.
+fn check_summary(file: &Path, cfg: &sluice_dp::config::Config) -> String {
+    use sluice_dp::config::Mode;
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let mode = match cfg.mode {
+        Mode::Event => "event",
+        Mode::Busy => "busy",
+    };
+    format!(
+        "{}: ok ({}, {}, mode \"{mode}\")",
+        file.display(),
+        count(cfg.ports.len(), "port"),
+        count(cfg.links.len(), "link"),
+    )
+}
+
 /// Run the daemon until a signal stops it.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logs(args.log, &args.log_level)?;
     if args.check {
         let cfg = sluice_dp::config::Config::load(&args.config)?;
         sluice_dp::daemon::check(&cfg)?;
-        println!(
-            "{}: ok ({} ports, {} links, mode {:?})",
-            args.config.display(),
-            cfg.ports.len(),
-            cfg.links.len(),
-            cfg.mode
-        );
+        println!("{}", check_summary(&args.config, &cfg));
         return Ok(());
     }
     let summary = sluice_dp::daemon::run_file(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -73,4 +84,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         "stopped cleanly"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary of `--check` names the mode as the file spells it: `mode Busy` (the
+    /// enum's debug name) is a value the file refuses.
+    #[test]
+    fn the_check_summary_spells_the_mode_as_the_file_does() {
+        let text = "[daemon]\nmode = \"busy\"\n\
+                    [[port]]\nname = \"a\"\nkind = \"tap\"\n\
+                    [[port]]\nname = \"b\"\nkind = \"tap\"\n\
+                    [[link]]\nfrom = \"a\"\nto = \"b\"\n";
+        let cfg = sluice_dp::config::Config::parse(text, "d.toml", Path::new(".")).unwrap();
+        assert_eq!(
+            check_summary(Path::new("d.toml"), &cfg),
+            "d.toml: ok (2 ports, 1 link, mode \"busy\")"
+        );
+        let cfg = sluice_dp::config::Config::parse(
+            &text.replace("busy", "event"),
+            "d.toml",
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(
+            check_summary(Path::new("d.toml"), &cfg).ends_with("mode \"event\")"),
+            "{}",
+            check_summary(Path::new("d.toml"), &cfg)
+        );
+    }
 }
