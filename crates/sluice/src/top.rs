@@ -197,7 +197,30 @@ pub(crate) fn fetch(socket: &Path) -> anyhow::Result<Snapshot> {
             "the daemon at {} answered without statistics",
             socket.display()
         ),
-        Err(e) => bail!("{e}"),
+        Err(e) => match not_a_socket(socket) {
+            Some(what) => bail!(
+                "{} is {what}, not a socket: --socket takes the daemon's control socket, the \
+                 `control` path of its configuration file",
+                socket.display()
+            ),
+            None => bail!("{e}"),
+        },
+    }
+}
+
+/// What `path` is, if it is there and is not a socket (connecting to it is refused as if a
+/// daemon had left a socket there).
+fn not_a_socket(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::metadata(path).ok()?.file_type();
+    if kind.is_socket() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_file() {
+        Some("a regular file")
+    } else {
+        Some("a device or a named pipe")
     }
 }
 

@@ -165,6 +165,28 @@ fn a_stale_socket_file_is_a_clear_error() {
     assert!(err.contains("no daemon at"), "{err}");
 }
 
+/// A path that is there but is no socket (the daemon's configuration file given for its
+/// control socket, or a directory) is named as such: it read "no daemon at PATH: Connection
+/// refused", as if a daemon had died there.
+#[test]
+fn a_path_that_is_not_a_socket_is_named_as_such() {
+    let dir = scratch_dir("top-not-socket");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("daemon.toml");
+    std::fs::write(&file, "[daemon]\n").unwrap();
+    for (path, what) in [(&file, "a regular file"), (&dir, "a directory")] {
+        let out = top_once(path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!("{} is {what}, not a socket", path.display())),
+            "{err}"
+        );
+        assert!(err.contains("`control`"), "{err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn malformed_partial_and_refusing_replies_are_clear_errors() {
     for (reply, said) in [
