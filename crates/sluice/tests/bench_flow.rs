@@ -219,5 +219,15 @@ fn bench_flow_rejects_bad_options() {
         ),
         (&["bench", "flow", "--repeats", "0"][..], "at least 1"),
         (&["bench", "flow", "--flows", "1e9"][..], "supported"),
+        // A list for a case the run leaves out did nothing: `--case memory --flows 1e6` still
+        // measured the memory at 2^20 flows, without a word.
+        (
+            &["bench", "flow", "--case", "memory", "--flows", "1e6"][..],
+            "--flows sets the admission case's flow counts, and --case leaves admission out",
+        ),
+        (
+            &["bench", "flow", "--case", "admission", "--queues", "16"][..],
+            "--queues sets the doorbell and poll_all cases' queue counts, and --case leaves both out",
+        ),
     ]);
 }

@@ -779,6 +779,19 @@ pub fn run(args: &FlowArgs) -> anyhow::Result<()> {
         .filter(|c| matches!(c, Case::Doorbell | Case::PollAll))
         .collect();
     let admission = cases.contains(&Case::Admission);
+    // A list for cases the run leaves out would do nothing: say so rather than measure
+    // without it (`--case memory --flows 1e6` is not memory at 1e6 flows).
+    if !args.flows.is_empty() && !admission {
+        bail!(
+            "--flows sets the admission case's flow counts, and --case leaves admission out \
+             (memory is measured at 2^20 flows, 2^16 with --quick)"
+        );
+    }
+    if !args.queues.is_empty() && engines.is_empty() {
+        bail!(
+            "--queues sets the doorbell and poll_all cases' queue counts, and --case leaves both out"
+        );
+    }
     // The files this run writes (see the end of this function).
     let mut files = Vec::new();
     if !engines.is_empty() || admission {
