@@ -45,6 +45,7 @@
 //! and what is wrong; TOML syntax errors carry line and column.
 
 use serde::Deserialize;
+use sluice_sched::config::line_col;
 use sluice_sched::units::{parse_duration, parse_size};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -154,12 +155,16 @@ pub enum ConfigError {
         /// Why. (Not `source`: as the error's cause too, `{e:#}` printed it twice.)
         error: std::io::Error,
     },
-    /// Malformed TOML or unknown keys (the message carries line and column).
-    #[error("{file}: {message}")]
+    /// Malformed TOML or unknown keys, at `FILE:LINE:COL` as a policy file's errors are.
+    #[error("{file}:{line}:{col}: {message}")]
     Syntax {
         /// The file.
         file: String,
-        /// The parser's message.
+        /// Line of the error, from 1.
+        line: usize,
+        /// Column of the error, from 1, in characters.
+        col: usize,
+        /// The parser's message, on one line.
         message: String,
     },
     /// A value that cannot hold.
@@ -269,9 +274,24 @@ impl Config {
 
     /// Check `text` (from `file`; policy paths relative to `base`).
     pub fn parse(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            file: file.to_string(),
-            message: e.to_string().trim_end().replace('\n', " "),
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let (line, col) = line_col(text, e.span().map_or(0, |s| s.start));
+            let mut message = e.message().trim().replace('\n', "; ");
+            let policy_table = ["node", "classify", "scheduler", "shaper"]
+                .iter()
+                .any(|t| message.starts_with(&format!("unknown field `{t}`")));
+            if policy_table {
+                message.push_str(
+                    " (this looks like a policy file: the daemon's file names one in a \
+                     [[link]]'s `policy`, docs/daemon.md)",
+                );
+            }
+            ConfigError::Syntax {
+                file: file.to_string(),
+                line,
+                col,
+                message,
+            }
         })?;
         let invalid = |what: String, expected: &str| ConfigError::Invalid {
             file: file.to_string(),
@@ -719,9 +739,17 @@ to = "a"
             ),
             (
                 GOOD.replace("mode = \"event\"", "mode = \"event\"\nspeed = 3"),
-                "unknown field `speed`",
+                "d.toml:4:1: unknown field `speed`, expected one of",
             ),
-            (GOOD.replace("[daemon]", "[daemon"), "line"),
+            (
+                GOOD.replace("[daemon]", "[daemon"),
+                "d.toml:2:8: unclosed table",
+            ),
+            (
+                format!("{GOOD}\n[[node]]\nname = \"q\"\npolicy = \"fifo\"\n"),
+                "unknown field `node`, expected one of `daemon`, `port`, `link` (this looks like \
+                 a policy file",
+            ),
             (
                 GOOD.replace("[daemon]", "[daemon]\necn = \"soon\""),
                 "\"off\"",
@@ -734,7 +762,7 @@ to = "a"
             let e = Config::parse(&change, "d.toml", Path::new("."))
                 .unwrap_err()
                 .to_string();
-            assert!(e.starts_with("d.toml: "), "{e}");
+            assert!(e.starts_with("d.toml:"), "{e}");
             assert!(e.contains(needle), "{needle:?} not in: {e}");
         }
         // `ecn_interval` is not offered the "off" that only `ecn` takes, nor told twice

@@ -458,8 +458,9 @@ struct Ctx<'a> {
 }
 
 /// Line and column (both from 1, the column in characters) of byte `offset` in `text`.
-/// Offsets past the end or inside a character are tolerated.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+/// Offsets past the end or inside a character are tolerated. (Public so that the daemon's
+/// configuration file names its errors' places as policy files do.)
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text.as_bytes()[..offset.min(text.len())];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
     let start = before
