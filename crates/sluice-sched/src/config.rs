@@ -519,8 +519,17 @@ impl Ctx<'_> {
             what = "a date-time value".into();
             expected = "a string, number or table, as docs/policy-files.md shows".into();
         } else if let Some(key) = what.strip_prefix("unknown field ") {
+            // A top-level table of the daemon's file (the keys expected are the file's own).
+            let daemons =
+                expected.contains("`scheduler`") && ["`daemon`", "`port`", "`link`"].contains(&key);
             what = format!("unknown key {}", shorten(key));
             expected = format!("a known key here: {expected}");
+            if daemons {
+                expected.push_str(
+                    " (this looks like the daemon's configuration: check it with `sluice run \
+                     --check -c FILE`, docs/daemon.md)",
+                );
+            }
         } else if (what.starts_with("invalid type: integer") && what.contains("i128"))
             || what == "u64 value was too large"
         {
@@ -2456,6 +2465,35 @@ queue = "binary_heap"
             "capacity = 3\n",
             1,
             &["unknown key `capacity`", "`scheduler`", "`node`"],
+        );
+        // The daemon's configuration given as a policy file is named as such; a node's key
+        // of the same name is not.
+        fails(
+            "[daemon]\nmode = \"event\"\n",
+            1,
+            &[
+                "unknown key `daemon`",
+                "looks like the daemon's configuration",
+                "sluice run",
+            ],
+        );
+        fails(
+            "[[port]]\nname = \"a\"\n",
+            1,
+            &[
+                "unknown key `port`",
+                "looks like the daemon's configuration",
+            ],
+        );
+        let e = build_str(
+            "[[node]]\nname = \"q\"\npolicy = \"fifo\"\nlink = 1\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("unknown key `link`") && !e.contains("daemon"),
+            "{e}"
         );
         fails(
             "[scheduler]\ncapasity = 3\n",
