@@ -94,6 +94,38 @@ fn bench_queues_table_names_every_structure() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// Without binary_heap there are no speedups: the header said "in parentheses: times faster
+/// than binary_heap" over a table without parentheses.
+#[test]
+fn bench_queues_without_the_heap_promises_no_speedups() {
+    let dir = scratch_dir("cli-no-heap");
+    let stdout = sluice_ok(&[
+        "bench",
+        "queues",
+        "--n",
+        "100",
+        "--ops",
+        "200",
+        "--repeats",
+        "1",
+        "--workload",
+        "hold",
+        "--structure",
+        "ffs,cffs",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        !stdout.contains("times faster") && !stdout.contains("x)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(no speedups: --structure leaves binary_heap out)"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// At N above `--ops` a drain timing is one fill and empty of N items, and there are fewer
 /// rounds (about `--repeats * --ops` items in all): the header must say so for those cells
 /// instead of the `--ops` and `--repeats` the other cells use.
