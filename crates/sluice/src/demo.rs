@@ -460,15 +460,7 @@ impl Output {
 /// not their scratch directories): remove those directories, and say which namespaces are
 /// left, if any. Both names carry the demo's process id; only those of gone processes count.
 fn report_leftovers() {
-    let gone = |pid: &str| pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists();
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.strip_prefix("sluice-demo-").is_some_and(gone) {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-    }
+    remove_leftover_scratch(&std::env::temp_dir());
     let Ok(entries) = std::fs::read_dir("/var/run/netns") else {
         return;
     };
@@ -482,6 +474,29 @@ fn report_leftovers() {
                 "sluice demo: namespace {name} is left from an earlier demo whose process is \
                  gone; remove it with `ip netns del {name}`"
             );
+        }
+    }
+}
+
+/// Whether the process `pid` (a number) is gone.
+fn gone(pid: &str) -> bool {
+    pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists()
+}
+
+/// Remove the scratch directories in `tmp` of earlier demos whose process is gone, only those
+/// this user owns: the temporary directory is everyone's, and a directory of that name made
+/// by another user (or a link to one) is theirs to remove, not the demo's as root.
+fn remove_leftover_scratch(tmp: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if ours && name.strip_prefix("sluice-demo-").is_some_and(gone) {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
@@ -534,6 +549,47 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("`ip netns del sldemo77b`"), "{err}");
+    }
+
+    /// Leftover scratch directories of demos whose process is gone are removed only when this
+    /// user owns them: one another user made, or a link, is left alone, as are those of a
+    /// live process and other names.
+    #[test]
+    fn only_our_own_leftover_scratch_directories_are_removed() {
+        use std::os::unix::fs::symlink;
+        let tmp = std::env::temp_dir().join(format!("sluice-leftovers-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        // No process has a pid this large (Linux's pid_max is at most 2^22).
+        let dead = 999_999_999u32;
+        let ours = tmp.join(format!("sluice-demo-{dead}"));
+        let live = tmp.join(format!("sluice-demo-{}", std::process::id()));
+        let other_name = tmp.join("sluice-demo-notapid");
+        let target = tmp.join("target");
+        let link = tmp.join(format!("sluice-demo-{}", dead - 1));
+        for d in [&ours, &live, &other_name, &target] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(target.join("keep"), "x").unwrap();
+        symlink(&target, &link).unwrap();
+        let theirs = tmp.join(format!("sluice-demo-{}", dead - 2));
+        std::fs::create_dir(&theirs).unwrap();
+        let foreign = nix::unistd::geteuid().is_root();
+        if foreign {
+            // As root (as CI runs), give it to another user: it must stay.
+            let nobody = nix::unistd::Uid::from_raw(65534);
+            nix::unistd::chown(&theirs, Some(nobody), None).unwrap();
+        }
+        remove_leftover_scratch(&tmp);
+        assert!(
+            !ours.exists(),
+            "ours, of a process that is gone, is removed"
+        );
+        for kept in [&live, &other_name, &target, &link] {
+            assert!(kept.exists(), "{} is kept", kept.display());
+        }
+        assert!(target.join("keep").exists());
+        assert_eq!(theirs.exists(), foreign, "another user's is kept");
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     /// The scratch directory is in a world-writable place, under a name anyone can guess
