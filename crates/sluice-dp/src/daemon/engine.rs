@@ -355,7 +355,8 @@ impl Engine {
 /// A rate from a request: "200Mbit", or "none" to remove the limit.
 pub fn parse_rate(text: &str) -> Result<Option<Rate>, String> {
     match text.trim() {
-        "none" => Ok(None),
+        // In any case, as a rate's units are.
+        r if r.eq_ignore_ascii_case("none") => Ok(None),
         r => Rate::parse(r)
             .map(Some)
             .map_err(|e| format!("rate \"{r}\": {e}")),
@@ -380,7 +381,20 @@ pub fn parse_burst(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod burst_tests {
-    use super::parse_burst;
+    use super::{parse_burst, parse_rate};
+
+    /// "none" removes a limit, written in any case as a rate's units may be ("10MBIT").
+    #[test]
+    fn none_is_read_in_any_case() {
+        for none in ["none", "None", "NONE", " none "] {
+            assert_eq!(parse_rate(none), Ok(None), "{none}");
+        }
+        assert_eq!(
+            parse_rate("10MBIT"),
+            Ok(Some(sluice_sched::units::Rate::mbit(10)))
+        );
+        assert!(parse_rate("nothing").is_err());
+    }
 
     #[test]
     fn a_burst_is_capped_like_a_policy_files() {
