@@ -1100,7 +1100,7 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
         (
             "bad-syntax.toml",
             good.replace("[daemon]", "[daemon"),
-            vec!["bad-syntax.toml".into(), "line".into()],
+            vec!["bad-syntax.toml:".into(), ": unclosed table".into()],
         ),
     ];
     // `--check` says a policy's error once (the chain of causes repeated it).
